@@ -1,0 +1,1 @@
+"""fast_lora_td3.envs."""
