@@ -1,0 +1,230 @@
+"""The learner skeleton shared by FastTD3 and FastSAC: networks, normalisers, optimisers, steps.
+
+A learner owns everything the update touches. Its `critic_step` / `actor_step` are pure tensor code
+(metrics stay on device as 0-d tensors, no host synchronisation), so they can be compiled and captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fast_lora_td3.algos.common import (
+    PolyakUpdater,
+    adapter_norms,
+    make_adamw,
+    make_target,
+    param_groups,
+)
+from fast_lora_td3.algos.config import AlgoConfig
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.nn.config import ActorConfig, CriticConfig
+from fast_lora_td3.nn.critic import build_critic
+from fast_lora_td3.nn.distributional import C51Support
+from fast_lora_td3.nn.layers import project_weights_
+from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
+
+
+class OffPolicyLearner:
+    """Common state of the distributional off-policy learners (see FastTD3Learner, FastSACLearner)."""
+
+    actor: nn.Module
+
+    def __init__(
+        self,
+        algo: AlgoConfig,
+        critic_cfg: CriticConfig,
+        actor_cfg: ActorConfig,
+        obs_dim: int,
+        critic_obs_dim: int,
+        action_dim: int,
+        device: torch.device | str,
+        total_iterations: int = 0,
+        amp: str = "none",
+    ) -> None:
+        if algo.v_min >= algo.v_max:
+            raise ConfigError(f"algo.v_min ({algo.v_min}) must be < algo.v_max ({algo.v_max})")
+        if amp not in ("none", "bf16"):
+            raise ConfigError(f"amp={amp!r} is not valid: use amp=none or amp=bf16")
+        self.algo = algo
+        self.device = torch.device(device)
+        self.obs_dim, self.critic_obs_dim, self.action_dim = obs_dim, critic_obs_dim, action_dim
+        self.amp_dtype = torch.bfloat16 if amp == "bf16" else None
+        self.support = C51Support(algo.v_min, algo.v_max, algo.num_atoms).to(self.device)
+        self.actor = self._build_actor(actor_cfg).to(self.device)
+        self.critic = build_critic(critic_cfg, critic_obs_dim, action_dim, algo.num_atoms)
+        self.critic.to(self.device)
+        project_weights_(self.critic)  # HyperDense / LoRA-WN rows start on the unit sphere
+        self.critic_target = make_target(self.critic)
+        self.critic_polyak = PolyakUpdater(self.critic, self.critic_target)
+        self.obs_normalizer = EmpiricalNormalizer(obs_dim, until=algo.normalizer_until)
+        self.critic_obs_normalizer = EmpiricalNormalizer(
+            critic_obs_dim, until=algo.normalizer_until
+        )
+        self.obs_normalizer.to(self.device)
+        self.critic_obs_normalizer.to(self.device)
+
+        self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
+        self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
+        betas = algo.betas
+        self.critic_optimizer = make_adamw(
+            param_groups(self.critic, algo.weight_decay, algo.adapter_weight_decay),
+            algo.critic_lr,
+            betas,
+            self.device,
+        )
+        self.actor_optimizer = make_adamw(
+            param_groups(self.actor, algo.weight_decay), algo.actor_lr, betas, self.device
+        )
+        self.schedulers = []
+        if algo.lr_min is not None and total_iterations > 0:
+            for opt in (self.critic_optimizer, self.actor_optimizer):
+                self.schedulers.append(
+                    torch.optim.lr_scheduler.CosineAnnealingLR(
+                        opt, T_max=total_iterations, eta_min=algo.lr_min
+                    )
+                )
+        self.num_critic_updates = 0
+        # Data parallel: averages gradients across ranks between backward and step (SPEC §9).
+        self.grad_sync: Callable[[list[Tensor]], None] | None = None
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    def _build_actor(self, actor_cfg: ActorConfig) -> nn.Module:
+        raise NotImplementedError
+
+    def critic_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Return (loss, metrics) for one critic update."""
+        raise NotImplementedError
+
+    def actor_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Return (loss, metrics) for one actor update."""
+        raise NotImplementedError
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def autocast(self) -> torch.autocast:
+        """bf16 autocast with fp32 master weights when amp=bf16; a disabled context otherwise."""
+        return torch.autocast(
+            self.device.type,
+            dtype=self.amp_dtype or torch.bfloat16,
+            enabled=self.amp_dtype is not None,
+        )
+
+    def normalize(self, obs: Tensor, critic_obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Apply the (not updated) observation normalisers."""
+        return self.norm_obs(obs), self.norm_critic_obs(critic_obs)
+
+    def norm_obs(self, obs: Tensor) -> Tensor:
+        """Actor-side normalisation (identity when obs_normalization=false)."""
+        return self.obs_normalizer(obs) if self.algo.obs_normalization else obs
+
+    def norm_critic_obs(self, critic_obs: Tensor) -> Tensor:
+        """Critic-side normalisation (identity when obs_normalization=false)."""
+        if not self.algo.obs_normalization:
+            return critic_obs
+        return self.critic_obs_normalizer(critic_obs)
+
+    def q_values(self, logits: Tensor) -> Tensor:
+        """Expected value of each member's distribution: [E, B, A] logits → [E, B]."""
+        return (torch.softmax(logits.float(), dim=-1) * self.support.support).sum(-1)
+
+    def critic_logits_frozen(self, critic_obs: Tensor, actions: Tensor) -> Tensor:
+        """Critic forward whose parameters are detached: the actor's backward then skips the
+        critic weight gradients the recipe would discard anyway (SPEC §5)."""
+        params = {n: p.detach() for n, p in self.critic.named_parameters()}
+        params.update(dict(self.critic.named_buffers()))
+        return torch.func.functional_call(self.critic, params, (critic_obs, actions))
+
+    def _clip(self, params: list[Tensor]) -> Tensor:
+        if self.algo.max_grad_norm > 0:
+            return torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm, foreach=True)
+        return torch.zeros((), device=self.device)
+
+    def critic_step(self, batch: Any) -> dict[str, Tensor]:
+        """One critic update + weight projection + target Polyak."""
+        loss, metrics = self.critic_loss(batch)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(self.critic_params)
+        metrics["critic_grad_norm"] = self._clip(self.critic_params)
+        self.critic_optimizer.step()
+        project_weights_(self.critic)
+        self.critic_polyak.update(self.algo.tau)
+        self.num_critic_updates += 1
+        return metrics
+
+    def actor_step(self, batch: Any) -> dict[str, Tensor]:
+        """One actor update (critic weights receive no gradient)."""
+        loss, metrics = self.actor_loss(batch)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(self.actor_params)  # actor only: critic grads are never all-reduced here
+        metrics["actor_grad_norm"] = self._clip(self.actor_params)
+        self.actor_optimizer.step()
+        project_weights_(self.actor)
+        return metrics
+
+    def update(self, batch: Any, do_actor: bool) -> dict[str, Tensor]:
+        """A critic step, then an actor step when `do_actor` (a host-side schedule, not a tensor)."""
+        metrics = self.critic_step(batch)
+        if do_actor:
+            metrics.update(self.actor_step(batch))
+        return metrics
+
+    def step_schedulers(self) -> None:
+        """Called once per environment step (the recipe's schedule unit)."""
+        for s in self.schedulers:
+            s.step()
+
+    def update_normalizers(self, obs: Tensor, critic_obs: Tensor) -> None:
+        """Update running statistics from rollout observations only (SPEC §2.5)."""
+        if self.algo.obs_normalization:
+            self.obs_normalizer.update(obs)
+            self.critic_obs_normalizer.update(critic_obs)
+
+    def adapter_norms(self) -> dict[str, Tensor]:
+        """Norms of every critic LoRA ΔW (device tensors; read at logging time)."""
+        return adapter_norms(self.critic)
+
+    # -- state ----------------------------------------------------------------------------------
+    def modules(self) -> dict[str, nn.Module]:
+        """Every module whose state is checkpointed."""
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "obs_normalizer": self.obs_normalizer,
+            "critic_obs_normalizer": self.critic_obs_normalizer,
+        }
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimiser whose state is checkpointed."""
+        return {"critic_optimizer": self.critic_optimizer, "actor_optimizer": self.actor_optimizer}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Full learner state (modules, optimisers, schedulers, counters)."""
+        state: dict[str, Any] = {k: m.state_dict() for k, m in self.modules().items()}
+        state.update({k: o.state_dict() for k, o in self.optimizers().items()})
+        state["schedulers"] = [s.state_dict() for s in self.schedulers]
+        state["num_critic_updates"] = self.num_critic_updates
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of state_dict."""
+        for k, m in self.modules().items():
+            m.load_state_dict(state[k])
+        for k, o in self.optimizers().items():
+            o.load_state_dict(state[k])
+        for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
+            s.load_state_dict(sd)
+        self.num_critic_updates = int(state["num_critic_updates"])
+
+
+def cross_entropy(logits: Tensor, target_probs: Tensor) -> Tensor:
+    """Batch-mean cross-entropy per ensemble member, summed over members: [E, B, A] → scalar."""
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return -(target_probs * log_probs).sum(-1).mean(-1).sum()

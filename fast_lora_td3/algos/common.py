@@ -1,0 +1,112 @@
+"""Pieces shared by the learners: LoRA-aware target networks, merged-weight Polyak, param groups."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from fast_lora_td3.nn.lora import LoRALinear
+
+ADAPTER_NAMES = ("lora_A", "lora_B")
+
+
+def _lora_pairs(online: nn.Module, target: nn.Module) -> list[tuple[LoRALinear, LoRALinear]]:
+    pairs = []
+    for mo, mt in zip(online.modules(), target.modules(), strict=True):
+        if isinstance(mo, LoRALinear):
+            assert isinstance(mt, LoRALinear), "target must mirror the online network"
+            pairs.append((mo, mt))
+    return pairs
+
+
+def _is_adapter(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] in ADAPTER_NAMES
+
+
+def make_target(online: nn.Module) -> nn.Module:
+    """A frozen copy of `online` whose LoRA layers hold the merged effective weight (target B = 0).
+
+    A LoRA target is then a dense target (SPEC §2.4): its base is Polyak-averaged in weight space.
+    """
+    target = copy.deepcopy(online)
+    with torch.no_grad():
+        for mo, mt in _lora_pairs(online, target):
+            mt.merge_into_base_(mo.effective_weight())
+    target.requires_grad_(False)
+    return target
+
+
+class PolyakUpdater:
+    """`target ← τ·online + (1 − τ)·target` with fused `_foreach` ops.
+
+    Dense parameters are mixed directly. For LoRA layers the *effective* weights are mixed:
+    `W'_base ← τ·W_eff + (1 − τ)·W'_base` with the target's B kept at zero, which equals the Polyak
+    mix of the effective weights (the mean of two low-rank updates is not low-rank, so mixing A and B
+    separately would be wrong).
+    """
+
+    def __init__(self, online: nn.Module, target: nn.Module) -> None:
+        self.lora_pairs = _lora_pairs(online, target)
+        lora_ids = {id(m) for pair in self.lora_pairs for m in pair}
+        online_params, target_params = [], []
+        online_mods = dict(online.named_modules())
+        target_named = dict(target.named_parameters())
+        for name, p in online.named_parameters():
+            owner = online_mods[name.rsplit(".", 1)[0]] if "." in name else online
+            if id(owner) in lora_ids and _is_adapter(name):
+                continue  # adapters reach the target through the merged weight
+            online_params.append(p)
+            target_params.append(target_named[name])
+        # Buffers that carry state (e.g. Scaler-free running stats) follow the online net exactly.
+        self.online_params = online_params
+        self.target_params = target_params
+        self.target_bases = [mt.base_weight for _, mt in self.lora_pairs]
+
+    @torch.no_grad()
+    def update(self, tau: float) -> None:
+        """Apply one Polyak step (no host synchronisation)."""
+        if self.target_params:
+            torch._foreach_lerp_(self.target_params, [p.detach() for p in self.online_params], tau)
+        if self.lora_pairs:
+            effective = [mo.effective_weight().detach() for mo, _ in self.lora_pairs]
+            torch._foreach_lerp_(self.target_bases, effective, tau)
+
+
+def param_groups(
+    module: nn.Module, weight_decay: float, adapter_weight_decay: float | None = None
+) -> list[dict]:
+    """AdamW groups: adapters get `adapter_weight_decay`; with adapters present, the other trainable
+    parameters of that module get 0 (SPEC §2.4); without, they get `weight_decay`.
+
+    Frozen bases are buffers, so they are in no group and never change.
+    """
+    adapters = [p for n, p in module.named_parameters() if p.requires_grad and _is_adapter(n)]
+    others = [p for n, p in module.named_parameters() if p.requires_grad and not _is_adapter(n)]
+    if not adapters:
+        return [{"params": others, "weight_decay": weight_decay}]
+    groups = [{"params": adapters, "weight_decay": adapter_weight_decay or 0.0}]
+    if others:
+        groups.append({"params": others, "weight_decay": 0.0})
+    return groups
+
+
+def make_adamw(
+    groups: list[dict], lr: float, betas: Iterable[float], device: torch.device
+) -> torch.optim.AdamW:
+    """AdamW, fused where the device supports it (CUDA), `foreach` otherwise."""
+    fused = device.type == "cuda"
+    return torch.optim.AdamW(
+        groups, lr=lr, betas=tuple(betas), fused=fused, foreach=None if fused else True
+    )
+
+
+def adapter_norms(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Frobenius norms of every LoRA ΔW (device tensors; read at logging time only)."""
+    out = {}
+    for name, m in module.named_modules():
+        if isinstance(m, LoRALinear):
+            out[f"lora/{name}/delta_norm"] = m.delta_weight().norm()
+    return out

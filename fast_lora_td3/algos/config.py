@@ -1,0 +1,76 @@
+"""The algorithm config shared by FastTD3 and FastSAC (one schema so Hydra can validate overrides)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AlgoConfig:
+    """Off-policy algorithm settings. Defaults follow the FastTD3 Isaac Lab humanoid recipe (SPEC §2.1);
+    `configs/algo/fastsac.yaml` overrides them with the FastSAC recipe (SPEC §2.2)."""
+
+    name: str = "fasttd3"
+    """`fasttd3`, `fastsac` or `ppo` (the rsl_rl baseline)."""
+    gamma: float = 0.99
+    """Discount per environment step."""
+    n_step: int = 8
+    """n of the n-step return; windows stop at the first terminated or truncated step."""
+    num_updates: int = 4
+    """Critic updates per environment step (each env step adds num_envs transitions)."""
+    policy_frequency: int = 2
+    """One actor update every `policy_frequency` critic updates."""
+    batch_size: int = 32768
+    """Global batch per update, sampled evenly across envs: must be divisible by env.num_envs."""
+    buffer_size: int = 10240
+    """Replay capacity PER ENVIRONMENT (total transitions = buffer_size × env.num_envs)."""
+    learning_starts: int = 10
+    """Environment steps (per env) collected before updates start."""
+    v_min: float = -10.0
+    """Lower end of the C51 support."""
+    v_max: float = 10.0
+    """Upper end of the C51 support."""
+    num_atoms: int = 251
+    """Number of C51 atoms."""
+    tau: float = 0.1
+    """Polyak rate of the target critic, applied after every critic update."""
+    critic_lr: float = 3e-4
+    """Critic learning rate."""
+    actor_lr: float = 3e-4
+    """Actor learning rate."""
+    lr_min: float | None = None
+    """If set, cosine-anneal both learning rates to this value over the run (stepped per env step)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay of dense critics and of the actor."""
+    adapter_weight_decay: float = 6e-4
+    """AdamW weight decay of LoRA adapters (A, B); other critic params of LoRA critics get 0."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    max_grad_norm: float = 0.0
+    """Clip gradient norm to this value; 0 disables clipping."""
+    policy_noise: float = 0.001
+    """TD3 target-policy smoothing noise std."""
+    noise_clip: float = 0.5
+    """TD3 target-policy smoothing noise clip."""
+    std_min: float = 0.001
+    """TD3 exploration: per-env noise std drawn from U(std_min, std_max), redrawn at episode end."""
+    std_max: float = 0.4
+    """See std_min."""
+    use_target_actor: bool = False
+    """TD3: use a Polyak-averaged target actor for a' (the reference uses the online actor)."""
+    actor_q_reduce: str = "min"
+    """How the actor loss reduces the Q ensemble: `min` (TD3) or `mean` (SAC)."""
+    use_cdq: bool = True
+    """Clipped double Q in distributional form (TD3). FastSAC: False, each Q regresses to its own target."""
+    alpha_init: float = 0.001
+    """SAC: initial entropy temperature α (log α starts at ln alpha_init)."""
+    alpha_lr: float = 3e-4
+    """SAC: learning rate of log α."""
+    autotune_alpha: bool = True
+    """SAC: learn α to reach target_entropy."""
+    target_entropy: float = 0.0
+    """SAC: target entropy (per action vector)."""
+    obs_normalization: bool = True
+    """Normalise observations with running statistics of rollout observations."""
+    normalizer_until: int | None = None
+    """Freeze the normalisers after this many observed samples (None: never)."""

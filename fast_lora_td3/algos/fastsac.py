@@ -1,0 +1,120 @@
+"""FastSAC (SPEC §2.2): tanh-Gaussian actor, C51 critics without clipped double Q, auto-tuned α.
+
+Reads top to bottom: soft target distribution (+ α loss from next-state log-probs) → critic loss →
+actor loss → exploration.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fast_lora_td3.algos.base import OffPolicyLearner, cross_entropy
+from fast_lora_td3.nn.actor import build_actor
+from fast_lora_td3.nn.config import ActorConfig
+from fast_lora_td3.nn.distributional import project_distribution
+
+
+class FastSACLearner(OffPolicyLearner):
+    """FastSAC with any critic family; each Q-net regresses to its own soft target."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log_alpha = torch.tensor(
+            math.log(self.algo.alpha_init), device=self.device, requires_grad=True
+        )
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.algo.alpha_lr)
+
+    def _build_actor(self, actor_cfg: ActorConfig) -> nn.Module:
+        return build_actor(actor_cfg, self.obs_dim, self.action_dim, kind="sac")
+
+    @torch.no_grad()
+    def target_distribution(self, batch: Any) -> tuple[Tensor, Tensor]:
+        """Per-member projected soft target `r − γ^k·bootstrap·α·log π(a'|s')` ([E, B, A]) and the
+        next-state log-probs ([B]) used by the α loss."""
+        next_obs, next_cobs = self.normalize(batch.next_obs, batch.next_critic_obs)
+        alpha = self.log_alpha.detach().exp()
+        with self.autocast():
+            next_actions, next_log_prob = self.actor.sample(next_obs)
+            next_logits = self.critic_target(next_cobs, next_actions.float())
+        next_log_prob = next_log_prob.float()
+        next_probs = torch.softmax(next_logits.float(), dim=-1)
+        members = next_probs.shape[0]
+        soft_rewards = batch.rewards - batch.discount * batch.bootstrap * alpha * next_log_prob
+        projected = project_distribution(
+            next_probs.flatten(0, 1),
+            soft_rewards.repeat(members),
+            batch.bootstrap.repeat(members),
+            batch.discount.repeat(members),
+            self.support,
+        ).view_as(next_probs)
+        return projected, next_log_prob
+
+    def critic_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Cross-entropy per member against its own target, plus the α loss (added to the graph
+        but touching only log α)."""
+        target, next_log_prob = self.target_distribution(batch)
+        cobs = self.norm_critic_obs(batch.critic_obs)
+        with self.autocast():
+            logits = self.critic(cobs, batch.actions)
+        loss = cross_entropy(logits, target)
+        q = self.q_values(logits.detach())
+        alpha_loss = -(self.log_alpha * (next_log_prob + self.algo.target_entropy)).mean()
+        metrics = {
+            "critic_loss": loss.detach(),
+            "q_mean": q.mean(),
+            "q_max": q.max(),
+            "q_min": q.min(),
+            "alpha": self.log_alpha.detach().exp(),
+            "alpha_loss": alpha_loss.detach(),
+            "entropy": -next_log_prob.mean(),
+        }
+        return loss + (alpha_loss if self.algo.autotune_alpha else 0.0), metrics
+
+    def critic_step(self, batch: Any) -> dict[str, Tensor]:
+        """Critic step; α steps with it (its loss was part of the critic graph)."""
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        metrics = super().critic_step(batch)
+        if self.algo.autotune_alpha:
+            self.alpha_optimizer.step()
+        return metrics
+
+    def actor_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """`mean(α·log π(a|s) − mean_e Q_e(s, a))` with a ~ π(·|s)."""
+        obs, cobs = self.normalize(batch.obs, batch.critic_obs)
+        alpha = self.log_alpha.detach().exp()
+        with self.autocast():
+            actions, log_prob = self.actor.sample(obs)
+            logits = self.critic_logits_frozen(cobs, actions)
+        q = self.q_values(logits)
+        q = q.mean(0) if self.algo.actor_q_reduce == "mean" else q.min(0).values
+        loss = (alpha * log_prob.float() - q).mean()
+        return loss, {"actor_loss": loss.detach(), "policy_entropy": -log_prob.detach().mean()}
+
+    @torch.no_grad()
+    def explore(self, obs: Tensor, noise_std: Tensor | None = None) -> Tensor:
+        """Sample from the policy (noise_std is unused: SAC explores through its own σ)."""
+        obs_n = self.norm_obs(obs)
+        actions, _ = self.actor.sample(obs_n)
+        return actions.float()
+
+    @torch.no_grad()
+    def act(self, obs: Tensor) -> Tensor:
+        """Deterministic action tanh(mean) for evaluation and export."""
+        obs_n = self.norm_obs(obs)
+        return self.actor.act(obs_n, deterministic=True).float()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["log_alpha"] = self.log_alpha.detach().clone()
+        state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])

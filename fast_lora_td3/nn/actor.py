@@ -1,0 +1,174 @@
+"""Actors: deterministic tanh (FastTD3, SPEC §2.1) and tanh-Gaussian (FastSAC, SPEC §2.2).
+
+Both use an MLP trunk (512-256-128, ReLU or Linear → LayerNorm → SiLU) or a SimbaV2 trunk
+(encoder → HyperDense(h → h) → Scaler(h, 1, 1), SPEC §2.3). Actors have no ensemble axis.
+Actions are in [-1, 1]; scaling to joint limits is the environment's business.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.nn.config import ActorConfig
+from fast_lora_td3.nn.layers import EnsembleLayerNorm, EnsembleLinear
+from fast_lora_td3.nn.simbav2 import HyperDense, Scaler, SimbaV2Encoder
+
+__all__ = [
+    "ACTOR_FAMILIES",
+    "ACTOR_KINDS",
+    "LOG_STD_MAX",
+    "LOG_STD_MIN",
+    "DeterministicActor",
+    "TanhGaussianActor",
+    "build_actor",
+]
+
+ACTOR_FAMILIES = ("mlp", "simbav2")
+ACTOR_KINDS = ("td3", "sac")
+LOG_STD_MIN = -5.0
+LOG_STD_MAX = 0.0
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
+
+
+def validate_actor_config(cfg: ActorConfig) -> None:
+    """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
+    if cfg.family not in ACTOR_FAMILIES:
+        raise ConfigError(f"actor.family={cfg.family!r} is invalid; choose one of {ACTOR_FAMILIES}")
+    if cfg.family == "mlp":
+        if cfg.activation not in ("relu", "silu_layernorm"):
+            raise ConfigError(
+                f"actor.activation={cfg.activation!r} is invalid; choose 'relu' or 'silu_layernorm'"
+            )
+        if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
+            raise ConfigError(
+                f"actor.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
+            )
+    else:
+        if cfg.width < 1:
+            raise ConfigError(f"actor.width={cfg.width} must be a positive integer")
+        if cfg.num_blocks < 1:
+            raise ConfigError(f"actor.num_blocks={cfg.num_blocks} must be a positive integer")
+    if cfg.last_layer_std < 0:
+        raise ConfigError(f"actor.last_layer_std={cfg.last_layer_std} must be >= 0")
+
+
+def build_trunk(obs_dim: int, cfg: ActorConfig) -> tuple[nn.Module, int]:
+    """The actor's feature extractor and its output width."""
+    validate_actor_config(cfg)
+    if cfg.family == "simbav2":
+        h = cfg.width
+        trunk = nn.Sequential(
+            SimbaV2Encoder(obs_dim, h, cfg.num_blocks, cfg.c_shift),
+            HyperDense(h, h),
+            Scaler(h, init=1.0, scale=1.0),
+        )
+        return trunk, h
+    layers: list[nn.Module] = []
+    dims = [obs_dim, *cfg.hidden_dims]
+    for i, o in itertools.pairwise(dims):
+        layers.append(EnsembleLinear(i, o))
+        if cfg.activation == "silu_layernorm":
+            layers += [EnsembleLayerNorm(o), nn.SiLU()]
+        else:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers), dims[-1]
+
+
+def _init_head_(layer: EnsembleLinear, std: float) -> None:
+    """Weight N(0, std) (std 0 → zeros) and zero bias."""
+    with torch.no_grad():
+        if std > 0:
+            layer.weight.normal_(0.0, std)
+        else:
+            layer.weight.zero_()
+        if layer.bias is not None:
+            layer.bias.zero_()
+
+
+class DeterministicActor(nn.Module):
+    """TD3 actor: `tanh(linear(trunk(obs)))`; last layer N(0, last_layer_std), zero bias."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorConfig) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.trunk, feat = build_trunk(obs_dim, cfg)
+        self.out = EnsembleLinear(feat, action_dim)
+        _init_head_(self.out, cfg.last_layer_std)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """`[B, obs_dim]` → actions `[B, action_dim]` in [-1, 1]."""
+        return torch.tanh(self.out(self.trunk(obs)))
+
+    def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """The policy's action (exploration noise is the collector's business)."""
+        return self.forward(obs)
+
+
+class TanhGaussianActor(nn.Module):
+    """SAC actor: `a = tanh(μ + σ ε)`, `log σ = −5 + 2.5·(tanh(h) + 1) ∈ [−5, 0]`; both heads
+    zero-initialised (SPEC §2.2)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorConfig) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.trunk, feat = build_trunk(obs_dim, cfg)
+        self.mean = EnsembleLinear(feat, action_dim)
+        self.log_std = EnsembleLinear(feat, action_dim)
+        _init_head_(self.mean, 0.0)
+        _init_head_(self.log_std, 0.0)
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """`[B, obs_dim]` → `(mean, log_std)`, each `[B, action_dim]` (pre-tanh Gaussian)."""
+        h = self.trunk(obs)
+        half_range = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)
+        log_std = LOG_STD_MIN + half_range * (torch.tanh(self.log_std(h)) + 1.0)
+        return self.mean(h), log_std
+
+    def sample(
+        self, obs: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Reparameterised sample: `(action [B, a], log_prob [B])` with the tanh correction.
+
+        `log π(a) = Σ [log N(u; μ, σ) − log(1 − tanh² u)]` with the stable identity
+        `log(1 − tanh² u) = 2 (log 2 − u − softplus(−2u))`; computed in at least float32.
+        """
+        mean, log_std = self.forward(obs)
+        dtype = torch.promote_types(mean.dtype, torch.float32)
+        mean, log_std = mean.to(dtype), log_std.to(dtype)
+        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=dtype)
+        u = mean + log_std.exp() * eps
+        log_det = 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
+        log_prob = (-0.5 * eps.square() - log_std - _HALF_LOG_2PI - log_det).sum(-1)
+        return torch.tanh(u), log_prob
+
+    def act(
+        self, obs: Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """`tanh(mean)` when deterministic (evaluation, export), else a sampled action."""
+        if deterministic:
+            return torch.tanh(self.forward(obs)[0])
+        return self.sample(obs, generator)[0]
+
+
+def build_actor(
+    cfg: ActorConfig, obs_dim: int, action_dim: int, kind: str = "td3"
+) -> DeterministicActor | TanhGaussianActor:
+    """Build the TD3 (`kind="td3"`) or SAC (`kind="sac"`) actor; ConfigError on bad settings."""
+    if kind not in ACTOR_KINDS:
+        raise ConfigError(
+            f"actor kind {kind!r} is invalid; choose 'td3' (algo=fasttd3) or 'sac' (algo=fastsac)"
+        )
+    if obs_dim < 1 or action_dim < 1:
+        raise ConfigError(f"actor dims must be positive (obs {obs_dim}, action {action_dim})")
+    validate_actor_config(cfg)
+    cls = DeterministicActor if kind == "td3" else TanhGaussianActor
+    return cls(obs_dim, action_dim, cfg)

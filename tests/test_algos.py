@@ -1,0 +1,191 @@
+"""FastTD3 / FastSAC update rules: CDQ selection, LoRA targets, param groups, learning sanity."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fast_lora_td3.algos import AlgoConfig, FastSACLearner, FastTD3Learner, make_learner
+from fast_lora_td3.algos.common import PolyakUpdater, make_target, param_groups
+from fast_lora_td3.algos.fasttd3 import select_cdq_target
+from fast_lora_td3.nn import ActorConfig, CriticConfig, LoRALinear
+
+OBS, ACT = 6, 2
+
+
+def small_critic(family: str) -> CriticConfig:
+    layers = ["hidden"] if family == "mlp_lora" else ["blocks"]
+    return CriticConfig(
+        family=family, hidden_dims=[64, 64], width=32, num_blocks=1, rank=4, lora_layers=layers
+    )
+
+
+def small_actor() -> ActorConfig:
+    return ActorConfig(hidden_dims=[32, 32])
+
+
+def make(algo_name: str = "fasttd3", family: str = "mlp", **algo_kw) -> FastTD3Learner:
+    base = dict(name=algo_name, num_atoms=51, v_min=-5.0, v_max=5.0, batch_size=64)
+    base.update(algo_kw)
+    return make_learner(
+        AlgoConfig(**base), small_critic(family), small_actor(), OBS, OBS, ACT, "cpu"
+    )
+
+
+def bandit_batch(n: int = 256, bootstrap: float = 0.0) -> SimpleNamespace:
+    """Transitions with a known optimal Q: terminal steps, so Q*(s, a) = r(s, a)."""
+    obs = torch.randn(n, OBS)
+    actions = torch.rand(n, ACT) * 2 - 1
+    rewards = torch.tanh(obs[:, 0]) + 0.5 * actions[:, 0] * obs[:, 1]
+    return SimpleNamespace(
+        obs=obs,
+        critic_obs=obs,
+        actions=actions,
+        rewards=rewards,
+        next_obs=torch.randn(n, OBS),
+        next_critic_obs=torch.randn(n, OBS),
+        bootstrap=torch.full((n,), bootstrap),
+        discount=torch.full((n,), 0.99),
+        k=torch.ones(n),
+    )
+
+
+def test_cdq_picks_member_with_smaller_mean() -> None:
+    torch.manual_seed(0)
+    support = torch.linspace(-5, 5, 21)
+    projected = torch.softmax(torch.randn(2, 64, 21) * 3, dim=-1)
+    chosen = select_cdq_target(projected, support)
+    means = (projected * support).sum(-1)
+    for i in range(64):
+        expected = projected[0, i] if means[0, i] <= means[1, i] else projected[1, i]
+        torch.testing.assert_close(chosen[i], expected)
+
+
+def test_td3_target_is_shared_min_member() -> None:
+    torch.manual_seed(1)
+    learner = make("fasttd3", "mlp")
+    batch = bandit_batch(32, bootstrap=1.0)
+    target = learner.target_distribution(batch)
+    assert target.shape == (2, 32, 51)
+    torch.testing.assert_close(target[0], target[1])
+    torch.testing.assert_close(target.sum(-1), torch.ones(2, 32))
+
+
+@pytest.mark.parametrize("family", ["mlp", "simbav2_lora"])
+@pytest.mark.parametrize("algo", ["fasttd3", "fastsac"])
+def test_learning_sanity_td_error_drops(algo: str, family: str) -> None:
+    """A few hundred critic updates on a task with known Q* cut the TD error substantially."""
+    torch.manual_seed(2)
+    learner = make(algo, family, critic_lr=1e-3, weight_decay=0.0, alpha_init=1e-4)
+    eval_batch = bandit_batch(512)
+
+    def td_error() -> float:
+        with torch.no_grad():
+            cobs = learner.norm_critic_obs(eval_batch.critic_obs)
+            q = learner.q_values(learner.critic(cobs, eval_batch.actions))
+            return (q - eval_batch.rewards).abs().mean().item()
+
+    before = td_error()
+    for i in range(300):
+        learner.update(bandit_batch(256), do_actor=i % 2 == 1)
+    after = td_error()
+    assert after < 0.35 * before, (before, after)
+
+
+def test_actor_update_leaves_critic_without_grads() -> None:
+    learner = make("fasttd3", "simbav2_lora")
+    learner.critic.zero_grad(set_to_none=True)
+    loss, _ = learner.actor_loss(bandit_batch(16))
+    loss.backward()
+    assert all(p.grad is None for p in learner.critic.parameters())
+    assert any(p.grad is not None for p in learner.actor.parameters())
+
+
+@pytest.mark.parametrize("family", ["simbav2_lora", "mlp_lora"])
+def test_polyak_on_lora_targets_mixes_effective_weights(family: str) -> None:
+    torch.manual_seed(3)
+    learner = make("fasttd3", family)
+    online, target = learner.critic, learner.critic_target
+    for i in range(3):  # move the online net away from the target
+        learner.critic_step(bandit_batch(64, bootstrap=float(i % 2)))
+    lora_online = [m for m in online.modules() if isinstance(m, LoRALinear)]
+    lora_target = [m for m in target.modules() if isinstance(m, LoRALinear)]
+    assert lora_online
+    before_t = [m.effective_weight().clone() for m in lora_target]
+    now_o = [m.effective_weight().clone() for m in lora_online]
+    dense_o = {n: p.clone() for n, p in online.named_parameters() if "lora_" not in n}
+    dense_t = {n: p.clone() for n, p in target.named_parameters() if "lora_" not in n}
+    tau = 0.3
+    PolyakUpdater(online, target).update(tau)
+    for mt, w_t, w_o in zip(lora_target, before_t, now_o, strict=True):
+        torch.testing.assert_close(mt.effective_weight(), tau * w_o + (1 - tau) * w_t)
+        assert torch.count_nonzero(mt.lora_B) == 0
+    for n, p in target.named_parameters():
+        if "lora_" not in n:
+            torch.testing.assert_close(p, tau * dense_o[n] + (1 - tau) * dense_t[n])
+    # tau = 1 makes the target's output equal the online critic's output.
+    PolyakUpdater(online, target).update(1.0)
+    x, a = torch.randn(8, OBS), torch.rand(8, ACT) * 2 - 1
+    torch.testing.assert_close(target(x, a), online(x, a), atol=1e-5, rtol=1e-5)
+
+
+def test_make_target_starts_equal_with_zero_b() -> None:
+    learner = make("fasttd3", "simbav2_lora")
+    x, a = torch.randn(8, OBS), torch.rand(8, ACT) * 2 - 1
+    torch.testing.assert_close(learner.critic_target(x, a), learner.critic(x, a))
+    target = make_target(learner.critic)
+    assert all(
+        torch.count_nonzero(m.lora_B) == 0 for m in target.modules() if isinstance(m, LoRALinear)
+    )
+    assert not any(p.requires_grad for p in target.parameters())
+
+
+def test_param_groups_adapters_own_weight_decay_and_no_frozen_base() -> None:
+    learner = make("fasttd3", "simbav2_lora", adapter_weight_decay=6e-4)
+    groups = param_groups(learner.critic, weight_decay=0.1, adapter_weight_decay=6e-4)
+    adapter_ids = {id(p) for n, p in learner.critic.named_parameters() if "lora_" in n}
+    assert {id(p) for p in groups[0]["params"]} == adapter_ids
+    assert groups[0]["weight_decay"] == pytest.approx(6e-4)
+    assert groups[1]["weight_decay"] == 0.0
+    in_groups = {id(p) for g in learner.critic_optimizer.param_groups for p in g["params"]}
+    bases = [m.base_weight for m in learner.critic.modules() if isinstance(m, LoRALinear)]
+    assert bases and all(id(b) not in in_groups for b in bases)
+    before = [b.clone() for b in bases]
+    for _ in range(5):
+        learner.critic_step(bandit_batch(32))
+    for b0, b1 in zip(before, bases, strict=True):
+        torch.testing.assert_close(b0, b1, rtol=0, atol=0)
+
+
+def test_update_returns_device_tensors_only() -> None:
+    for name in ("fasttd3", "fastsac"):
+        learner = make(name, "simbav2_lora")
+        metrics = learner.update(bandit_batch(32, bootstrap=1.0), do_actor=True)
+        assert metrics and all(
+            isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values()
+        )
+
+
+def test_sac_alpha_moves_toward_target_entropy() -> None:
+    torch.manual_seed(4)
+    learner = make("fastsac", "mlp", alpha_init=0.1, target_entropy=-100.0, alpha_lr=1e-2)
+    assert isinstance(learner, FastSACLearner)
+    a0 = learner.log_alpha.item()
+    for _ in range(20):
+        learner.critic_step(bandit_batch(32, bootstrap=1.0))
+    # Entropy far above the target → α must shrink.
+    assert learner.log_alpha.item() < a0
+
+
+def test_td3_exploration_respects_per_env_scale() -> None:
+    learner = make("fasttd3", "mlp")
+    obs = torch.zeros(4096, OBS)
+    std = torch.zeros(4096, 1)
+    std[2048:] = 0.3
+    acts = learner.explore(obs, std)
+    det = learner.act(obs)
+    torch.testing.assert_close(acts[:2048], det[:2048])
+    assert (acts[2048:] - det[2048:]).std().item() == pytest.approx(0.3, rel=0.1)
+    assert acts.abs().max() <= 1.0

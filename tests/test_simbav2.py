@@ -1,0 +1,195 @@
+"""SimbaV2 blocks (SPEC §2.3): Scaler init, HyperDense projection, formulas, extreme inputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fast_lora_td3.nn import (
+    HyperDense,
+    LerpBlock,
+    Scaler,
+    SimbaV2Embedder,
+    SimbaV2Encoder,
+    SimbaV2Head,
+    l2_normalize,
+    project_weights_,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread avoids OpenMP contention on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+LORA = {
+    "rank": 4,
+    "alpha": 4.0,
+    "init": "paper",
+    "kernel_init_scale": 0.5,
+    "weight_norm": "project",
+}
+
+
+def _unit_rows(w: torch.Tensor, atol: float = 1e-5) -> None:
+    norms = torch.linalg.vector_norm(w.double(), dim=-1)
+    torch.testing.assert_close(norms, torch.ones_like(norms), atol=atol, rtol=0)
+
+
+def _train(module: torch.nn.Module, in_dim: int, steps: int) -> None:
+    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=5e-2)
+    for _ in range(steps):
+        loss = (module(torch.randn(32, in_dim)) - 0.3).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        project_weights_(module)
+
+
+@pytest.mark.parametrize(("init", "scale"), [(0.25, 0.25), (1.0 / 3.0, 1.0 / 8.0), (1.0, 1.0)])
+@pytest.mark.parametrize("ensemble_size", [None, 2])
+def test_scaler_effective_init_equals_init(
+    init: float, scale: float, ensemble_size: int | None
+) -> None:
+    s = Scaler(6, init=init, scale=scale, ensemble_size=ensemble_size)
+    # Stored at `scale` (the reference port stores init·scale → effective init²).
+    assert torch.all(s.scaler == scale)
+    torch.testing.assert_close(s.effective(), torch.full_like(s.scaler, init))
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(s(x), (x * init).expand(s(x).shape))
+    assert s.scaler.shape == ((6,) if ensemble_size is None else (2, 1, 6))
+
+
+@pytest.mark.parametrize(("in_f", "out_f"), [(8, 32), (32, 8), (16, 16)])
+@pytest.mark.parametrize("ensemble_size", [None, 2])
+def test_hyperdense_rows_unit_at_init_and_after_steps(
+    in_f: int, out_f: int, ensemble_size: int | None
+) -> None:
+
+    torch.manual_seed(0)
+    layer = HyperDense(in_f, out_f, ensemble_size)
+    assert layer.linear.bias is None
+    _unit_rows(layer.linear.weight)
+    _train(layer, in_f, 4)
+    _unit_rows(layer.linear.weight)
+    if ensemble_size is not None:
+        assert not torch.allclose(layer.linear.weight[0], layer.linear.weight[1])
+
+
+def test_hyperdense_rows_leave_sphere_without_projection() -> None:
+    """Guards the test above: an optimiser step alone does move rows off the unit sphere."""
+    torch.manual_seed(1)
+    layer = HyperDense(8, 16, 2)
+    opt = torch.optim.AdamW(layer.parameters(), lr=5e-2)
+    layer(torch.randn(32, 8)).square().mean().backward()
+    opt.step()
+    norms = torch.linalg.vector_norm(layer.linear.weight, dim=-1)
+    assert (norms - 1).abs().max() > 1e-3
+    project_weights_(layer)
+    _unit_rows(layer.linear.weight)
+
+
+@pytest.mark.parametrize("weight_norm", ["project", "forward"])
+@pytest.mark.parametrize("init", ["paper", "zero_b"])
+def test_lora_hyperdense_effective_rows_unit(weight_norm: str, init: str) -> None:
+    torch.manual_seed(2)
+    layer = HyperDense(24, 16, 2, lora={**LORA, "weight_norm": weight_norm, "init": init})
+    assert layer.is_lora
+    assert set(dict(layer.named_parameters())) == {"linear.lora_A", "linear.lora_B"}
+    _unit_rows(layer.effective_weight())
+    base0 = layer.linear.base_weight.clone()
+    for _ in range(3):
+        _train(layer, 24, 2)
+        _unit_rows(layer.effective_weight())
+    assert torch.equal(layer.linear.base_weight, base0)
+
+
+def _dense_w(layer: HyperDense) -> torch.Tensor:
+    return layer.effective_weight().detach()
+
+
+def test_embedder_matches_formula() -> None:
+    torch.manual_seed(3)
+    emb = SimbaV2Embedder(5, 16, c_shift=3.0, ensemble_size=2)
+    x = torch.randn(7, 5)
+    xs = torch.cat([x, torch.full((7, 1), 3.0)], dim=-1)
+    xs = xs / xs.norm(dim=-1, keepdim=True)
+    h = torch.einsum("bi,eoi->ebo", xs, _dense_w(emb.dense)) * math.sqrt(2 / 16)
+    ref = h / h.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(emb(x), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(emb.scaler.effective(), torch.full((2, 1, 16), math.sqrt(2 / 16)))
+
+
+def test_lerp_block_matches_formula() -> None:
+    torch.manual_seed(4)
+    h, blocks = 8, 3
+    block = LerpBlock(h, blocks, ensemble_size=2)
+    x = l2_normalize(torch.randn(2, 5, h))
+    s = math.sqrt(2 / h) / 2
+    z = torch.relu(s * torch.einsum("ebi,eoi->ebo", x, _dense_w(block.w1))) + 1e-8
+    m = torch.einsum("ebi,eoi->ebo", z, _dense_w(block.w2))
+    m = m / m.norm(dim=-1, keepdim=True)
+    y = x + (1 / (blocks + 1)) * (m - x)
+    ref = y / y.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(block(x), ref, atol=1e-5, rtol=1e-5)
+    assert block.w1.out_features == 4 * h and block.w2.in_features == 4 * h
+    assert block.alpha.scale == pytest.approx(1 / math.sqrt(h))
+    assert block.s.init == pytest.approx(s) and block.s.scale == pytest.approx(s)
+
+
+def test_head_matches_formula() -> None:
+    torch.manual_seed(5)
+    head = SimbaV2Head(8, 11, ensemble_size=2)
+    x = l2_normalize(torch.randn(2, 4, 8))
+    feat = torch.einsum("ebi,eoi->ebo", x, _dense_w(head.dense))  # Scaler(h, 1, 1) is identity
+    ref = torch.einsum("ebi,eoi->ebo", feat, head.out.weight) + head.out.bias
+    torch.testing.assert_close(head(x), ref, atol=1e-5, rtol=1e-5)
+    assert head.out.bias is not None and head.scaler.init == 1.0 and head.scaler.scale == 1.0
+
+
+@pytest.mark.parametrize("lora", [None, LORA])
+def test_encoder_finite_and_unit_on_extreme_inputs(lora: dict | None) -> None:
+    torch.manual_seed(6)
+    enc = SimbaV2Encoder(6, 16, num_blocks=2, ensemble_size=2, lora_embedder=lora, lora_blocks=lora)
+    x = torch.stack(
+        [
+            torch.full((6,), 1e6),
+            torch.full((6,), -1e6),
+            torch.zeros(6),
+            torch.tensor([1e6, -1e6, 0.0, 1e-6, 3.0, -1e30]),
+        ]
+    ).requires_grad_()
+    y = enc(x)
+    assert y.shape == (2, 4, 16)
+    assert torch.isfinite(y).all()
+    _unit_rows(y)
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_encoder_accepts_per_member_batches() -> None:
+    torch.manual_seed(7)
+    enc = SimbaV2Encoder(6, 16, num_blocks=1, ensemble_size=2)
+    x = torch.randn(2, 3, 6)
+    y = enc(x)
+    for m in range(2):
+        torch.testing.assert_close(y[m], enc(x[m])[m], atol=1e-6, rtol=1e-6)
+
+
+def test_l2_normalize_zero_vector_is_finite() -> None:
+    x = torch.zeros(3, 4, requires_grad=True)
+    y = l2_normalize(x)
+    assert torch.equal(y, torch.zeros(3, 4))
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    v = torch.randn(5, 7)
+    torch.testing.assert_close(l2_normalize(v), v / v.norm(dim=-1, keepdim=True))
+    torch.testing.assert_close(F.normalize(v, dim=0), l2_normalize(v, dim=0))
