@@ -88,6 +88,8 @@ class OffPolicyLearner:
                     )
                 )
         self.num_critic_updates = 0
+        # CUDA-graph capture needs autocast's weight-cast cache off (PyTorch CUDA graph docs).
+        self.autocast_cache = True
         # Data parallel: averages gradients across ranks between backward and step (SPEC §9).
         self.grad_sync: Callable[[list[Tensor]], None] | None = None
 
@@ -110,6 +112,7 @@ class OffPolicyLearner:
             self.device.type,
             dtype=self.amp_dtype or torch.bfloat16,
             enabled=self.amp_dtype is not None,
+            cache_enabled=self.autocast_cache,
         )
 
     def normalize(self, obs: Tensor, critic_obs: Tensor) -> tuple[Tensor, Tensor]:
@@ -137,33 +140,40 @@ class OffPolicyLearner:
         params.update(dict(self.critic.named_buffers()))
         return torch.func.functional_call(self.critic, params, (critic_obs, actions))
 
-    def _clip(self, params: list[Tensor]) -> Tensor:
+    def _clip(self, params: list[Tensor], metrics: dict[str, Tensor], name: str) -> None:
         if self.algo.max_grad_norm > 0:
-            return torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm, foreach=True)
-        return torch.zeros((), device=self.device)
+            norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm, foreach=True)
+            metrics[name] = norm
 
     def critic_step(self, batch: Any) -> dict[str, Tensor]:
-        """One critic update + weight projection + target Polyak."""
+        """One critic update (`critic_update`) and the host-side update counter."""
+        metrics = self.critic_update(batch)
+        self.num_critic_updates += 1
+        return metrics
+
+    def critic_update(self, batch: Any) -> dict[str, Tensor]:
+        """One critic update + weight projection + target Polyak: pure tensor code with no host
+        state, so UpdateStep can compile it and capture it in a CUDA graph."""
         loss, metrics = self.critic_loss(batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_sync is not None:
             self.grad_sync(self.critic_params)
-        metrics["critic_grad_norm"] = self._clip(self.critic_params)
+        self._clip(self.critic_params, metrics, "critic_grad_norm")
         self.critic_optimizer.step()
         project_weights_(self.critic)
         self.critic_polyak.update(self.algo.tau)
-        self.num_critic_updates += 1
         return metrics
 
     def actor_step(self, batch: Any) -> dict[str, Tensor]:
-        """One actor update (critic weights receive no gradient)."""
+        """One actor update (critic weights receive no gradient); pure tensor code like
+        `critic_update`."""
         loss, metrics = self.actor_loss(batch)
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_sync is not None:
             self.grad_sync(self.actor_params)  # actor only: critic grads are never all-reduced here
-        metrics["actor_grad_norm"] = self._clip(self.actor_params)
+        self._clip(self.actor_params, metrics, "actor_grad_norm")
         self.actor_optimizer.step()
         project_weights_(self.actor)
         return metrics

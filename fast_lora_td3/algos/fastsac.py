@@ -74,10 +74,10 @@ class FastSACLearner(OffPolicyLearner):
         }
         return loss + (alpha_loss if self.algo.autotune_alpha else 0.0), metrics
 
-    def critic_step(self, batch: Any) -> dict[str, Tensor]:
-        """Critic step; α steps with it (its loss was part of the critic graph)."""
+    def critic_update(self, batch: Any) -> dict[str, Tensor]:
+        """Critic update; α steps with it (its loss was part of the critic graph)."""
         self.alpha_optimizer.zero_grad(set_to_none=True)
-        metrics = super().critic_step(batch)
+        metrics = super().critic_update(batch)
         if self.algo.autotune_alpha:
             self.alpha_optimizer.step()
         return metrics

@@ -83,6 +83,8 @@ def project_distribution(
     scale = (bootstrap.float() * discount.float()).unsqueeze(-1)
     target_z = (rewards.float().unsqueeze(-1) + scale * z).clamp(support.v_min, support.v_max)
     b = ((target_z - support.v_min) / support.dz).clamp(0.0, num_atoms - 1)
+    # A NaN target must not become an out-of-range index; the trainer's NaN guard reports it.
+    b = torch.nan_to_num(b, nan=0.0)
     # Upper neighbour is always l + 1 ≤ A − 1, so an integral b never splits mass between l and u.
     lower = b.floor().clamp(max=num_atoms - 2)
     w_upper = b - lower

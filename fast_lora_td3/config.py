@@ -1,0 +1,121 @@
+"""The root training config: typed dataclasses registered with Hydra's ConfigStore.
+
+Every field has a docstring; Hydra validates overrides against these types, so an unknown key or a
+wrong type is an error, not silently ignored (SPEC §13).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from fast_lora_td3.algos.config import AlgoConfig
+from fast_lora_td3.envs.config import EnvConfig
+from fast_lora_td3.nn.config import ActorConfig, CriticConfig
+
+
+@dataclass
+class EvalConfig:
+    """Deterministic evaluation on separate envs (the training envs are never reset for it)."""
+
+    interval: int = 0
+    """Evaluate every this many env steps summed over envs (0: only at the end of training)."""
+    num_envs: int = 16
+    """Number of evaluation environments."""
+    max_steps: int | None = None
+    """Cap on steps per evaluation (None: the task's max episode length)."""
+
+
+@dataclass
+class PPOConfig:
+    """rsl_rl PPO baseline settings (used when algo=ppo); rsl_rl's usual locomotion values."""
+
+    num_steps_per_env: int = 24
+    """Rollout length per env between PPO updates."""
+    learning_rate: float = 1e-3
+    """Adam learning rate (adaptive schedule on KL)."""
+    num_learning_epochs: int = 5
+    """Epochs over each rollout."""
+    num_mini_batches: int = 4
+    """Mini-batches per epoch."""
+    entropy_coef: float = 0.01
+    """Entropy bonus."""
+    actor_hidden_dims: list[int] = field(default_factory=lambda: [512, 256, 128])
+    """Actor MLP widths."""
+    critic_hidden_dims: list[int] = field(default_factory=lambda: [512, 256, 128])
+    """Critic MLP widths."""
+    init_noise_std: float = 1.0
+    """Initial action noise std."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything `fast-lora-td3 train` needs. Nested groups: algo, critic, actor, env, eval, ppo."""
+
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Algorithm (FastTD3 defaults; `algo=fastsac` switches the recipe)."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """Critic family and sizes (`critic=simbav2_lora` etc.)."""
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    """Actor network."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Simulator backend and task."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation schedule."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """rsl_rl PPO baseline settings (algo=ppo)."""
+    experiment: str | None = None
+    """Name of the preset under configs/experiment/ that was applied (informational)."""
+    total_steps: int = 100_000_000
+    """Environment steps to train for, summed over all envs (iterations = total_steps / num_envs)."""
+    seed: int = 1
+    """Global seed (torch, numpy, python, simulator); rank r uses seed + r."""
+    device: str = "auto"
+    """Training device: `cpu`, `cuda`, `cuda:N`, or `auto` (cuda when available)."""
+    log_dir: str = "logs/fast_lora_td3"
+    """Root under which run directories `<task>/<date>_<time>[_<run_name>]/` are made."""
+    run_name: str = ""
+    """Suffix of the run directory name."""
+    run_dir: str | None = None
+    """Use exactly this run directory (set by resume or by scripts); None: make a new one."""
+    resume: bool = False
+    """Continue from the latest checkpoint of `run_dir` (or of the newest run of this task/run_name)."""
+    checkpoint: str | None = None
+    """Checkpoint path or run directory for `play` / `export` (and for `train resume=true`)."""
+    compile: bool = False
+    """torch.compile the update steps (eager fallback when unavailable)."""
+    cuda_graph: bool = False
+    """Capture the update step in a CUDA graph (CUDA only; ignored with a note on CPU)."""
+    amp: str = "none"
+    """Autocast for the update: `none` or `bf16` (fp32 master weights)."""
+    verify_compile: bool = False
+    """Run a few updates eager and compiled from the same state at start; refuse to train on mismatch."""
+    logger: str = "tensorboard"
+    """`tensorboard` (always written) or `wandb` (TensorBoard plus W&B; offline mode works)."""
+    log_interval: int = 1000
+    """Write a metrics row every this many iterations (env steps per env)."""
+    checkpoint_interval: int = 5000
+    """Checkpoint every this many iterations (0: only at the end and on preemption)."""
+    keep_checkpoints: int = 3
+    """Keep the last K checkpoints."""
+    save_replay: bool = False
+    """Include the replay buffer in checkpoints (large; needed for bit-identical resume)."""
+    nan_check_interval: int = 100
+    """Check losses and observations for NaN/Inf every this many iterations (0: never)."""
+    nan_action: str = "stop"
+    """On a non-finite value: `stop` (debug checkpoint, exit 1) or `skip` (warn and continue)."""
+    progress: bool = True
+    """Show the progress line."""
+    export_at_end: bool = True
+    """Export the policy (ONNX + TorchScript + policy.json) at the end of training."""
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="algo", name="algo_schema", node=AlgoConfig)
+    cs.store(group="critic", name="critic_schema", node=CriticConfig)
+    cs.store(group="actor", name="actor_schema", node=ActorConfig)
+    cs.store(group="env", name="env_schema", node=EnvConfig)

@@ -1,0 +1,41 @@
+"""Typed, documented environment config (Hydra structured config: unknown keys are errors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKENDS = ("mjlab", "isaaclab", "gymnasium", "dummy")
+"""Valid values of ``EnvConfig.backend``."""
+
+
+@dataclass
+class EnvConfig:
+    """Which simulator and task to run, and how many copies (SPEC §4)."""
+
+    backend: str = "mjlab"
+    """Simulator: `mjlab` (default, CPU or CUDA), `isaaclab` (NVIDIA GPU), `gymnasium`, or `dummy`
+    (a simulator-free point mass for tests and benchmarks: tasks `PointMass-v0`, `PointMassAsym-v0`)."""
+    task: str = "FastLoRA-Velocity-Flat-G1"
+    """Registered task id of the backend (e.g. `Mjlab-Cartpole-Swingup`, `Isaac-Velocity-Flat-G1-v0`,
+    `Pendulum-v1`)."""
+    num_envs: int = 1024
+    """Number of parallel environments (> 0)."""
+    device: str = "cpu"
+    """Simulator device: `cpu`, `cuda` or `cuda:<i>` (gymnasium always simulates on CPU and
+    moves tensors to this device)."""
+    seed: int = 0
+    """Seed of the simulator's random number generators (reset noise, randomisation, commands)."""
+    episode_length_s: float | None = None
+    """Override of the task's episode length in seconds (mjlab / Isaac Lab); None keeps the task's."""
+    randomize_episode_start: bool = False
+    """Start each env's episode counter at a random step so time-outs are spread over time
+    (decorrelated horizons; mjlab / Isaac Lab)."""
+    video: bool = False
+    """Render frames for video recording (turns on cameras in Isaac Lab, `rgb_array` rendering)."""
+    render_mode: str | None = None
+    """Render mode passed to the simulator (`rgb_array` or None); `video=true` implies `rgb_array`."""
+    gym_vectorization_mode: str = "sync"
+    """gymnasium only: `sync` (one process) or `async` (one subprocess per env)."""
+    action_clip: float = 1.0
+    """Actions are clamped to [-action_clip, action_clip] before the simulator applies its own
+    action scale (mjlab / Isaac Lab). gymnasium maps [-1, 1] affinely onto the Box bounds."""

@@ -1,0 +1,308 @@
+"""The training loop: thin glue over env → collector → replay → learner → checkpoint.
+
+Per iteration (one env step of every env): collect, then `num_updates` critic updates with an actor
+update every `policy_frequency` critic updates. Metrics accumulate on device and are read once per
+logging interval; NaN checks read one flag every `nan_check_interval` iterations.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from fast_lora_td3.algos import make_learner
+from fast_lora_td3.checkpoint import CheckpointManager, check_compatible, rng_state, set_rng_state
+from fast_lora_td3.collector import Collector
+from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.distributed import DistributedContext
+from fast_lora_td3.envs import make_env
+from fast_lora_td3.envs.base import VecEnv
+from fast_lora_td3.errors import CheckpointError, NonFiniteError
+from fast_lora_td3.evaluation import evaluate
+from fast_lora_td3.replay import ReplayBuffer
+from fast_lora_td3.run_logger import RunLogger
+from fast_lora_td3.update_step import UpdateStep
+
+PREEMPT_EXIT_CODE = 75
+"""Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
+
+
+class Preempted(Exception):
+    """Raised after the preemption checkpoint is written; the CLI exits with PREEMPT_EXIT_CODE."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices)."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """FastTD3 / FastSAC training for one resolved TrainConfig and run directory."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        env_factory: Callable[..., VecEnv] = make_env,
+        rank: int = 0,
+        world_size: int = 1,
+        dist: DistributedContext | None = None,
+    ) -> None:
+        self.cfg, self.run_dir, self.rank, self.world_size = cfg, Path(run_dir), rank, world_size
+        self.dist = dist or DistributedContext(device=cfg.device)
+        self.device = torch.device(cfg.device)
+        seed_everything(cfg.seed + rank)
+        env_cfg = cfg.env
+        self.env = env_factory(env_cfg)
+        self.eval_env: VecEnv | None = None
+        self.env_factory = env_factory
+        algo = cfg.algo
+        self.num_envs = self.env.num_envs
+        self.iterations = max(1, cfg.total_steps // self.num_envs)
+        self.learner = make_learner(
+            algo,
+            cfg.critic,
+            cfg.actor,
+            self.env.obs_dim,
+            self.env.critic_obs_dim,
+            self.env.action_dim,
+            self.device,
+            total_iterations=self.iterations,
+            amp=cfg.amp,
+        )
+        self.replay = ReplayBuffer(
+            self.num_envs,
+            algo.buffer_size,
+            self.env.obs_dim,
+            self.env.action_dim,
+            critic_obs_dim=self.env.critic_obs_dim if self.env.has_critic_obs else 0,
+            device=self.device,
+            n_step=algo.n_step,
+            gamma=algo.gamma,
+            max_episode_length=self.env.max_episode_length,
+        )
+        if self.dist.enabled:
+            for module in self.learner.modules().values():
+                self.dist.broadcast_module_(module)
+            self.learner.grad_sync = self.dist.allreduce_grads_
+        self.update_step = UpdateStep(self.learner, cfg)
+        self.collector = Collector(self.env, self.replay, self.learner, seed=cfg.env.seed + rank)
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
+        self.iteration = 0
+        self.replay_steps = 0
+        self._stop_signal: int | None = None
+        self.logger: RunLogger | None = None
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps so far, summed over envs and ranks."""
+        return self.iteration * self.num_envs * self.world_size
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        """The resolved config as plain containers."""
+        return OmegaConf.to_container(OmegaConf.structured(self.cfg), resolve=True)  # type: ignore[return-value]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit-for-bit (replay only when save_replay=true)."""
+        state = {
+            "learner": self.learner.state_dict(),
+            "collector": self.collector.state_dict(),
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "rng": rng_state(),
+            "config": self.config_dict(),
+        }
+        if self.cfg.save_replay:
+            state["replay"] = self.replay.state_dict()
+            state["replay_steps"] = self.replay_steps
+        return state
+
+    def save_checkpoint(self) -> Path:
+        """Atomic checkpoint of the full training state (rank 0 only)."""
+        return self.checkpoints.save(self.state_dict(), self.iteration * self.num_envs)
+
+    def load_checkpoint(self, path: Path | None = None) -> None:
+        """Restore from `path` (default: the latest checkpoint of this run directory)."""
+        path = path or self.checkpoints.latest()
+        if path is None:
+            raise CheckpointError(
+                f"resume=true but {self.run_dir / 'checkpoints'} has no checkpoint"
+            )
+        state = self.checkpoints.load(path, map_location=self.device)
+        check_compatible(state["config"], self.config_dict(), source=path)
+        self.learner.load_state_dict(state["learner"])
+        self.collector.load_state_dict(state["collector"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+            self.replay_steps = int(state["replay_steps"])
+        self.iteration = int(state["iteration"])
+        set_rng_state(state["rng"])
+
+    # -- signals ------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._stop_signal = signum  # acted upon at the next step boundary
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / SIGUSR1 (Slurm preemption, `--signal=B:USR1@120`) → checkpoint and exit."""
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _finite_flags(self) -> dict[str, torch.Tensor]:
+        true = torch.ones((), dtype=torch.bool, device=self.env.device)
+        return {"observations": true.clone(), "rewards": true.clone()}
+
+    def _check_finite(self, tensors: dict[str, torch.Tensor]) -> None:
+        names = list(tensors)
+        flags = torch.stack(
+            [
+                t.all() if t.dtype == torch.bool else torch.isfinite(t).all()
+                for t in tensors.values()
+            ]
+        ).tolist()
+        for name, ok in zip(names, flags, strict=True):
+            if not ok:
+                err = NonFiniteError(name, self.iteration * self.num_envs)
+                if self.cfg.nan_action == "skip":
+                    print(f"warning: {err} (nan_action=skip: continuing)", flush=True)
+                    return
+                if self.rank == 0:
+                    debug = self.run_dir / "checkpoints" / f"debug_{self.iteration:012d}.pt"
+                    self.checkpoints.save_as(self.state_dict(), debug)
+                raise err
+
+    def run_evaluation(self) -> dict[str, float]:
+        """Deterministic episodes on the separate eval envs."""
+        if self.eval_env is None:
+            eval_cfg = OmegaConf.structured(self.cfg.env)
+            eval_cfg.num_envs = self.cfg.eval.num_envs
+            eval_cfg.seed = self.cfg.env.seed + 10_000 + self.rank
+            self.eval_env = self.env_factory(OmegaConf.to_object(eval_cfg))
+        return evaluate(self.learner.act, self.eval_env, self.cfg.eval.max_steps)
+
+    def train(self) -> dict[str, float]:
+        """Run until total_steps; returns the last metrics row."""
+        cfg, algo = self.cfg, self.cfg.algo
+        if self.rank == 0:
+            self.logger = RunLogger(
+                self.run_dir,
+                logger=cfg.logger,
+                config=self.config_dict(),
+                total_steps=cfg.total_steps,
+                progress=cfg.progress,
+                resume_step=self.env_steps if self.iteration > 0 else None,
+            )
+        sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
+        finite = self._finite_flags()
+        num_updates_window = 0
+        timings = {"env": 0.0, "sample": 0.0, "update": 0.0}
+        eval_every = max(1, cfg.eval.interval // self.num_envs) if cfg.eval.interval > 0 else 0
+        last_row: dict[str, float] = {}
+        window_start = time.perf_counter()
+        window_start_it = self.iteration
+        while self.iteration < self.iterations:
+            t0 = time.perf_counter()
+            result = self.collector.step()
+            t1 = time.perf_counter()
+            timings["env"] += t1 - t0
+            self.iteration += 1
+            self.replay_steps += 1
+            # Counted on the host: a resume without a replay snapshot refills before updating.
+            if self.replay_steps > algo.learning_starts:
+                for _ in range(algo.num_updates):
+                    ts = time.perf_counter()
+                    batch = self.replay.sample_nstep(algo.batch_size)
+                    tu = time.perf_counter()
+                    timings["sample"] += tu - ts
+                    do_actor = (self.learner.num_critic_updates + 1) % algo.policy_frequency == 0
+                    metrics = self.update_step(batch, do_actor)
+                    timings["update"] += time.perf_counter() - tu
+                    for k, v in metrics.items():
+                        sums[k] = sums[k] + v if k in sums else v.clone()
+                        counts[k] = counts.get(k, 0) + 1
+                    num_updates_window += 1
+                self.learner.step_schedulers()
+            if cfg.nan_check_interval:
+                # Device-side running flags: every step is covered, the host reads every N steps.
+                finite["observations"] &= torch.isfinite(result.obs).all()
+                finite["rewards"] &= torch.isfinite(result.reward).all()
+                if self.iteration % cfg.nan_check_interval == 0:
+                    watched = dict(finite)
+                    watched.update({k: v for k, v in sums.items() if k.endswith("loss")})
+                    self._check_finite(watched)
+                    finite = self._finite_flags()
+            is_last = self.iteration >= self.iterations
+            row: dict[str, float] = {}
+            if (eval_every and self.iteration % eval_every == 0) or is_last:
+                row.update(self.run_evaluation())
+            if self.iteration % cfg.log_interval == 0 or is_last or row:
+                row.update(self._log_row(sums, counts, timings))
+                elapsed = time.perf_counter() - window_start
+                its = self.iteration - window_start_it
+                row["env_steps_per_s"] = its * self.num_envs / max(elapsed, 1e-9)
+                row["updates_per_s"] = num_updates_window / max(elapsed, 1e-9)
+                sums, counts, num_updates_window = {}, {}, 0
+                timings = dict.fromkeys(timings, 0.0)
+                window_start, window_start_it = time.perf_counter(), self.iteration
+                if self.logger is not None:
+                    self.logger.log(row, env_steps=self.env_steps)
+                last_row = row
+            if self.logger is not None and cfg.progress:
+                self.logger.update_progress(self.env_steps, updates=self.learner.num_critic_updates)
+            if self.rank == 0 and (
+                (cfg.checkpoint_interval and self.iteration % cfg.checkpoint_interval == 0)
+                or is_last
+            ):
+                self.save_checkpoint()
+            if self._stop_signal is not None:
+                if self.rank == 0:
+                    self.save_checkpoint()
+                raise Preempted(
+                    f"signal {self._stop_signal}: checkpointed at iteration {self.iteration}"
+                )
+        return last_row
+
+    def _log_row(
+        self, sums: dict[str, torch.Tensor], counts: dict[str, int], timings: dict[str, float]
+    ) -> dict[str, float]:
+        """Means of the device-side metric sums (one host read), episode stats, time split."""
+        row: dict[str, float] = {}
+        if sums:
+            keys = list(sums)
+            values = torch.stack([sums[k].float() / counts[k] for k in keys]).tolist()
+            row.update(dict(zip(keys, values, strict=True)))
+        episodes = self.env.episode_tracker.pop()
+        if episodes is not None:
+            row["episode_return"] = float(episodes["mean_return"])
+            row["episode_length"] = float(episodes["mean_length"])
+        total = sum(timings.values()) or 1.0
+        row.update({f"time/{k}_frac": v / total for k, v in timings.items()})
+        if self.iteration % max(1, self.cfg.log_interval * 10) == 0:
+            with torch.no_grad():
+                norms = self.learner.adapter_norms()
+            if norms:
+                values = torch.stack(list(norms.values())).tolist()
+                row.update(dict(zip(norms, values, strict=True)))
+        return row
+
+    def close(self) -> None:
+        """Close envs and loggers."""
+        if self.logger is not None:
+            self.logger.close()
+        self.env.close()
+        if self.eval_env is not None:
+            self.eval_env.close()

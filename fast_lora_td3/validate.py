@@ -1,0 +1,90 @@
+"""Config validation before anything heavy starts (SPEC §11): one clear line per mistake."""
+
+from __future__ import annotations
+
+import torch
+
+from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.envs.config import BACKENDS
+from fast_lora_td3.errors import ConfigError
+
+ALGOS = ("fasttd3", "fastsac", "ppo")
+CRITIC_FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
+
+
+def _choice(key: str, value: object, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid: use one of {', '.join(valid)}")
+
+
+def resolve_device(device: str) -> str:
+    """`auto` → `cuda` when available else `cpu`; CUDA requested but absent is an error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"device={device!r} is not valid: use cpu, cuda, cuda:N or auto")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device={device} requested but CUDA is not available: use device=cpu"
+            )
+        index = device.partition(":")[2]
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device={device}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
+
+
+def validate(cfg: TrainConfig, world_size: int = 1) -> None:
+    """Raise ConfigError on the first invalid setting."""
+    algo, critic, env = cfg.algo, cfg.critic, cfg.env
+    _choice("algo", algo.name, ALGOS)
+    _choice("env.backend", env.backend, BACKENDS)
+    _choice("critic.family", critic.family, CRITIC_FAMILIES)
+    _choice("critic.activation", critic.activation, ("relu", "silu_layernorm"))
+    _choice("actor.family", cfg.actor.family, ("mlp", "simbav2"))
+    _choice("actor.activation", cfg.actor.activation, ("relu", "silu_layernorm"))
+    _choice("critic.weight_norm", critic.weight_norm, ("project", "forward", "none"))
+    _choice("critic.lora_init", critic.lora_init, ("paper", "zero_b"))
+    _choice("amp", cfg.amp, ("none", "bf16"))
+    _choice("logger", cfg.logger, ("tensorboard", "wandb"))
+    _choice("nan_action", cfg.nan_action, ("stop", "skip"))
+    _choice("algo.actor_q_reduce", algo.actor_q_reduce, ("min", "mean"))
+    if env.num_envs <= 0:
+        raise ConfigError(f"env.num_envs must be > 0 (got {env.num_envs})")
+    if cfg.total_steps <= 0:
+        raise ConfigError(f"total_steps must be > 0 (got {cfg.total_steps})")
+    if cfg.eval.num_envs <= 0:
+        raise ConfigError(f"eval.num_envs must be > 0 (got {cfg.eval.num_envs})")
+    if cfg.log_interval <= 0:
+        raise ConfigError(f"log_interval must be > 0 iterations (got {cfg.log_interval})")
+    if algo.name == "ppo":
+        return
+    if algo.v_min >= algo.v_max:
+        raise ConfigError(f"algo.v_min ({algo.v_min}) must be < algo.v_max ({algo.v_max})")
+    if algo.num_atoms < 2:
+        raise ConfigError(f"algo.num_atoms must be >= 2 (got {algo.num_atoms})")
+    if algo.batch_size <= 0 or algo.batch_size % env.num_envs:
+        raise ConfigError(
+            f"algo.batch_size={algo.batch_size} must be a positive multiple of env.num_envs="
+            f"{env.num_envs} (the batch is sampled evenly across envs)"
+        )
+    if algo.buffer_size <= algo.n_step:
+        raise ConfigError(
+            f"algo.buffer_size={algo.buffer_size} (capacity per env) must exceed algo.n_step={algo.n_step}"
+        )
+    if algo.n_step < 1 or algo.num_updates < 1 or algo.policy_frequency < 1:
+        raise ConfigError("algo.n_step, algo.num_updates and algo.policy_frequency must be >= 1")
+    if not 0.0 < algo.gamma <= 1.0:
+        raise ConfigError(f"algo.gamma must be in (0, 1] (got {algo.gamma})")
+    if not 0.0 < algo.tau <= 1.0:
+        raise ConfigError(f"algo.tau must be in (0, 1] (got {algo.tau})")
+    if critic.family.endswith("lora"):
+        widths = [critic.width] if critic.family == "simbav2_lora" else list(critic.hidden_dims)
+        limit = min(widths)
+        if not 0 < critic.rank < limit:
+            raise ConfigError(
+                f"critic.rank={critic.rank} is out of range: use 0 < rank < {limit} "
+                f"(the smallest adapted layer width)"
+            )

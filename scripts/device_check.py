@@ -1,0 +1,225 @@
+#!/usr/bin/env python
+"""The one prepared GPU check (issue 5): torch only, no simulator, JSON lines on stdout, < 5 min.
+
+Parts, most important first (each guarded: a failure prints `{"part": …, "error": …}` and the
+script goes on; parts that would overrun `--budget-s` print `{"skipped": "time budget"}`):
+
+* `env`: torch / device, measured square-matmul GFLOP/s (fp32-TF32 and bf16).
+* per config (FastTD3 SimbaV2-LoRA b8192, dense SimbaV2 b8192, FastTD3 MLP b32768, FastSAC MLP
+  b8192; obs 123, act 37) and mode (eager, graphed_eager = CUDAGraph over eager, graphed = CUDAGraph
+  over compiled, reduce_overhead, compiled): `parity` (3 updates from the same state and seed vs
+  eager: max metric diff and relative parameter-update error), `update` (updates/s, samples/s,
+  GEMM GFLOP/s, peak memory; timed with replay sampling, delayed actor updates, Polyak), and
+  `sync_debug` (the step under torch.cuda.set_sync_debug_mode("error")).
+* `lora_ratio`: simbav2_lora / simbav2 time per update, per mode (target ≤ 1.05).
+
+`--cpu-smoke` runs the same code paths with tiny sizes on CPU (compile backend aot_eager).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fast_lora_td3.bench import (
+    _MODE_FLAGS,
+    UPDATE_DEFAULTS,
+    _Update,
+    count_update_flops,
+    filled_replay,
+    gemm_gflops,
+    time_update,
+)
+from fast_lora_td3.update_step import (
+    BATCH_FIELDS,
+    UpdateStep,
+    configure_backends,
+    learner_tensors,
+)
+
+REFERENCE = {"obs_dim": "123", "action_dim": "37", "num_atoms": "251", "num_envs": "1024"}
+CONFIGS = [
+    ("td3_simbav2_lora", {"algo": "fasttd3", "critic": "simbav2_lora", "batch_size": "8192"},
+     ["eager", "graphed_eager", "graphed", "reduce_overhead", "compiled"]),
+    ("td3_simbav2_dense", {"algo": "fasttd3", "critic": "simbav2", "batch_size": "8192"},
+     ["eager", "graphed_eager", "graphed"]),
+    ("td3_mlp", {"algo": "fasttd3", "critic": "mlp", "batch_size": "32768"},
+     ["eager", "graphed_eager", "graphed"]),
+    ("sac_mlp", {"algo": "fastsac", "critic": "mlp", "batch_size": "8192", "num_atoms": "101",
+                 "critic.hidden_dims": "768,384,192"},
+     ["eager", "graphed_eager", "compiled"]),
+]  # fmt: skip
+SMOKE = {
+    "obs_dim": "6", "action_dim": "2", "num_atoms": "11", "num_envs": "8", "batch_size": "32",
+    "critic.hidden_dims": "32,32", "actor.hidden_dims": "16", "critic.width": "16",
+    "critic.num_blocks": "1", "critic.rank": "4",
+}  # fmt: skip
+
+
+def emit(record: dict[str, Any]) -> None:
+    """One JSON line, flushed (the run may be cut short by a timeout)."""
+    print(json.dumps(record, default=str), flush=True)
+
+
+def guarded(part: dict[str, Any], fn: Any) -> Any:
+    """Run fn(); on failure print the part with its error (one line) and return None."""
+    try:
+        return fn()
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+        emit({**part, "error": msg, "where": traceback.format_exc().splitlines()[-3][:200]})
+        return None
+
+
+def run_parity(
+    step: UpdateStep, batches: list[Any], seed: int, start: dict[str, torch.Tensor]
+) -> tuple[list[dict[str, float]], dict[str, torch.Tensor], float]:
+    """3 updates from the learner's current state; returns metrics, final tensors, first-call s."""
+    torch.manual_seed(seed)
+    history, first = [], 0.0
+    for i, batch in enumerate(batches):
+        t0 = time.perf_counter()
+        out = step(batch, do_actor=i % 2 == 1)
+        history.append({k: float(v) for k, v in out.items()})
+        if i == 0:
+            first = time.perf_counter() - t0
+    tensors = {n: t.detach().clone() for n, t in learner_tensors(step.learner) if n in start}
+    return history, tensors, first
+
+
+def compare(ref: tuple, test: tuple, start: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Max metric |diff| (abs and relative) and max relative parameter-update error."""
+    m_abs = m_rel = 0.0
+    for me, mt in zip(ref[0], test[0], strict=True):
+        for k, v in me.items():
+            d = abs(mt[k] - v)
+            m_abs, m_rel = max(m_abs, d), max(m_rel, d / (abs(v) + 1e-6))
+    u_rel, worst = 0.0, ""
+    for name, te in ref[1].items():
+        if name.startswith("optimizer") or not te.is_floating_point():
+            continue
+        moved = (te.float() - start[name].float()).norm().item()
+        diff = (test[1][name].float() - te.float()).norm().item()
+        rel = diff / moved if moved > 0 else (0.0 if diff == 0 else float("inf"))
+        if rel > u_rel:
+            u_rel, worst = rel, name
+    return {"max_metric_abs_diff": m_abs, "max_metric_rel_diff": m_rel,
+            "max_update_rel_err": u_rel, "worst_tensor": worst}  # fmt: skip
+
+
+def check_config(name: str, opts: dict[str, str], modes: list[str], ctx: dict[str, Any]) -> None:
+    """Parity, throughput and sync checks of one config across modes."""
+    device, deadline = ctx["device"], ctx["deadline"]
+    factory = _Update(opts, device)
+    base = factory.learner(opts["critic"])
+    batch_size, pf = int(opts["batch_size"]), int(opts["policy_frequency"])
+    replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                           int(opts["action_dim"]), device, n_step=8)  # fmt: skip
+    batches = []
+    for _ in range(3):
+        sample = replay.sample_nstep(batch_size)
+        batches.append(type("B", (), {f: getattr(sample, f).clone() for f in BATCH_FIELDS})())
+    flops_c, flops_a = count_update_flops(base, batches[0], pf)
+    flops = flops_c + flops_a / pf
+    start = {n: t.detach().clone() for n, t in learner_tensors(base)}
+    reference = None
+    for mode in modes:
+        part = {"part": "update", "config": name, "mode": mode}
+        if time.perf_counter() > deadline:
+            emit({**part, "skipped": "time budget"})
+            continue
+        flags = dict(_MODE_FLAGS[mode])
+        if flags["cuda_graph"] and device.type != "cuda":
+            emit({**part, "skipped": "needs CUDA"})
+            continue
+
+        def one(mode: str = mode, flags: dict = flags, part: dict = part) -> None:
+            nonlocal reference
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            step = UpdateStep(copy.deepcopy(base), backend=ctx["backend"], **flags)
+            result = run_parity(step, batches, 1234, start)
+            if reference is None:
+                reference = result
+            else:
+                emit({"part": "parity", "config": name, "mode": step.mode, "vs": "eager",
+                      **compare(reference, result, start)})  # fmt: skip
+            sec, _ = time_update(step, replay, batch_size, ctx["iters"], ctx["warmup"], pf)
+            ctx["seconds"][(name, mode)] = sec
+            rec = {**part, "algo": opts["algo"], "critic": opts["critic"],
+                   "batch_size": batch_size, "updates_per_s": 1 / sec,
+                   "samples_per_s": batch_size / sec, "ms_per_update": 1e3 * sec,
+                   "first_call_s": result[2], "gflop_per_update": flops / 1e9,
+                   "achieved_gflops": flops / sec / 1e9}  # fmt: skip
+            if device.type == "cuda":
+                rec["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            emit(rec)
+            if device.type == "cuda":
+                guarded({"part": "sync_debug", "config": name, "mode": mode},
+                        lambda: sync_debug(step, batches, name, mode))  # fmt: skip
+
+        guarded(part, one)
+
+
+def sync_debug(step: UpdateStep, batches: list[Any], name: str, mode: str) -> None:
+    """Run the step with host syncs turned into errors."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for i in range(2):
+            step(batches[i], do_actor=i % 2 == 1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    emit({"part": "sync_debug", "config": name, "mode": mode, "ok": True})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, run every part within the time budget, print JSON lines."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU (code paths only)")
+    ap.add_argument("--budget-s", type=float, default=270.0, help="stop starting parts after this")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--backend", default=None, help="torch.compile backend (default inductor)")
+    ap.add_argument("--only", default="", help="comma list of config names to run")
+    ns = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    cuda = torch.cuda.is_available() and not ns.cpu_smoke
+    device = torch.device("cuda" if cuda else "cpu")
+    configure_backends(device)
+    ctx = {"device": device, "deadline": t0 + ns.budget_s, "seconds": {},
+           "iters": 3 if ns.cpu_smoke else ns.iters, "warmup": 2 if ns.cpu_smoke else 5,
+           "backend": ns.backend or ("aot_eager" if ns.cpu_smoke else "inductor")}  # fmt: skip
+    env = {"part": "env", "torch": torch.__version__, "device": str(device)}
+    if cuda:
+        env["device_name"] = torch.cuda.get_device_name(device)
+    env["gemm_gflops_fp32"] = gemm_gflops(device, torch.float32)
+    env["gemm_gflops_bf16"] = guarded({"part": "env"}, lambda: gemm_gflops(device, torch.bfloat16))
+    emit(env)
+    only = {c for c in ns.only.split(",") if c}
+    for name, over, modes in CONFIGS:
+        if only and name not in only:
+            continue
+        opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if ns.cpu_smoke else {})}
+        guarded({"part": "config", "config": name}, lambda n=name, o=opts, m=modes:
+                check_config(n, o, m, ctx))  # fmt: skip
+    for mode in _MODE_FLAGS:
+        lora = ctx["seconds"].get(("td3_simbav2_lora", mode))
+        dense = ctx["seconds"].get(("td3_simbav2_dense", mode))
+        if lora and dense:
+            emit({"part": "lora_ratio", "mode": mode, "ratio": lora / dense, "target": 1.05})
+    emit({"part": "done", "wall_s": time.perf_counter() - t0})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

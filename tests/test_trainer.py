@@ -1,0 +1,198 @@
+"""The training loop on the simulator-free dummy backend: resume, preemption, NaN guard, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fast_lora_td3.cli import compose_config
+from fast_lora_td3.errors import NonFiniteError
+from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
+
+SMALL = [
+    "env.backend=dummy",
+    "env.task=PointMassAsym-v0",
+    "env.num_envs=8",
+    "device=cpu",
+    "algo.batch_size=64",
+    "algo.buffer_size=64",
+    "algo.n_step=3",
+    "algo.num_updates=2",
+    "algo.num_atoms=21",
+    "algo.learning_starts=4",
+    "critic=simbav2_lora",
+    "critic.width=32",
+    "critic.num_blocks=1",
+    "critic.rank=4",
+    "actor.hidden_dims=[32,32]",
+    "eval.num_envs=2",
+    "eval.max_steps=10",
+    "log_interval=5",
+    "progress=false",
+    "export_at_end=false",
+]
+
+
+def cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "fast_lora_td3.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def run_trainer(run_dir: Path, total_steps: int, resume: bool = False) -> Trainer:
+    cfg = compose_config([*SMALL, f"total_steps={total_steps}", "save_replay=true"])
+    trainer = Trainer(cfg, run_dir)
+    if resume:
+        trainer.load_checkpoint()
+    trainer.train()
+    trainer.close()
+    return trainer
+
+
+def test_resume_gives_identical_parameters_and_optimizer_state(tmp_path: Path) -> None:
+    straight = run_trainer(tmp_path / "a", total_steps=8 * 30)
+    run_trainer(tmp_path / "b", total_steps=8 * 15)
+    resumed = run_trainer(tmp_path / "b", total_steps=8 * 30, resume=True)
+    assert resumed.iteration == straight.iteration == 30
+    for name, module in straight.learner.modules().items():
+        other = resumed.learner.modules()[name].state_dict()
+        for key, value in module.state_dict().items():
+            assert torch.equal(value, other[key]), f"{name}.{key} differs after resume"
+    for name, opt in straight.learner.optimizers().items():
+        a, b = opt.state_dict()["state"], resumed.learner.optimizers()[name].state_dict()["state"]
+        assert a.keys() == b.keys()
+        for idx in a:
+            for key in a[idx]:
+                assert torch.equal(torch.as_tensor(a[idx][key]), torch.as_tensor(b[idx][key])), (
+                    f"{name} state {idx}.{key} differs"
+                )
+    rows = [
+        json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    ]
+    steps = [r["env_steps"] for r in rows]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))
+
+
+def test_nan_guard_names_tensor_and_saves_debug_checkpoint(tmp_path: Path) -> None:
+    cfg = compose_config([*SMALL, "total_steps=800", "nan_check_interval=5"])
+    trainer = Trainer(cfg, tmp_path)
+    step = trainer.env.step
+
+    def poisoned(actions: torch.Tensor):
+        result = step(actions)
+        if trainer.iteration >= 7:
+            result.reward[0] = float("nan")
+        return result
+
+    trainer.env.step = poisoned
+    with pytest.raises(NonFiniteError, match="rewards") as info:
+        trainer.train()
+    assert info.value.step == 10 * 8
+    assert list((tmp_path / "checkpoints").glob("debug_*.pt"))
+    trainer.close()
+
+
+def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*SMALL, "total_steps=10000000", f"run_dir={run_dir}", "checkpoint_interval=0"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fast_lora_td3.cli", "train", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (
+        metrics.exists() and metrics.read_text().count("\n") >= 2
+    ):
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == PREEMPT_EXIT_CODE, err
+    assert "Traceback" not in err
+    ckpts = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts, "SIGTERM must leave a checkpoint"
+    state = torch.load(ckpts[-1], weights_only=True)
+    stopped_at = state["env_steps"]
+    assert stopped_at > 0
+    total = stopped_at + 8 * 10
+    done = cli("train", *args[:-2], f"total_steps={total}", f"run_dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"resumed {run_dir} at env step {stopped_at}" in done.stdout
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert last["env_steps"] == total
+
+
+BAD_INPUTS = [
+    (["env.task=NoSuchTask-v9"], "env.task"),
+    (["algo.nonexistent=1"], "nonexistent"),
+    (["env.num_envs=abc"], "env.num_envs"),
+    (["env.num_envs=0"], "env.num_envs"),
+    (["critic.rank=64"], "critic.rank"),
+    (["critic.rank=0"], "critic.rank"),
+    (["algo.batch_size=60"], "algo.batch_size"),
+    (["algo.v_min=5", "algo.v_max=1"], "algo.v_min"),
+    (["device=cuda"], "device"),
+    (["--bogus"], "--bogus"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), BAD_INPUTS)
+def test_bad_input_is_one_line_without_traceback(
+    tmp_path: Path, overrides: list[str], needle: str
+) -> None:
+    result = cli("train", *SMALL, "total_steps=80", *overrides, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert needle in lines[0]
+
+
+def test_corrupt_and_mismatched_checkpoints_are_clear_errors(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ok = cli("train", *SMALL, "total_steps=80", f"run_dir={run_dir}", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    mismatch = cli(
+        "train", *SMALL, "total_steps=160", f"run_dir={run_dir}", "algo.gamma=0.9", cwd=tmp_path
+    )
+    assert mismatch.returncode == 2
+    assert "algo.gamma" in mismatch.stderr and "Traceback" not in mismatch.stderr
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint" * 100)
+    corrupt = cli("play", f"checkpoint={garbage}", cwd=tmp_path)
+    assert corrupt.returncode == 2
+    assert str(garbage) in corrupt.stderr and "Traceback" not in corrupt.stderr
+    missing = cli("export", f"checkpoint={tmp_path / 'nope.pt'}", cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_plot_writes_png_for_two_runs(tmp_path: Path) -> None:
+    dirs = []
+    for seed in (1, 2):
+        d = tmp_path / f"run{seed}"
+        r = cli("train", *SMALL, "total_steps=160", f"seed={seed}", f"run_dir={d}", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        dirs.append(str(d))
+    out = tmp_path / "curves.png"
+    r = cli("plot", *dirs, "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 10_000
