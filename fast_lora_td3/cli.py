@@ -21,7 +21,12 @@ ALIASES = {
     "--seed": "seed",
     "--device": "device",
 }
-FLAG_ALIASES = {"--video": "env.video=true", "--resume": "resume=true", "--headless": None}
+FLAG_ALIASES = {
+    "--video": "env.video=true",
+    "--resume": "resume=true",
+    "--verify-compile": "verify_compile=true",
+    "--headless": None,
+}
 SHORT_KEYS = {"task": "env.task", "num_envs": "env.num_envs"}
 
 

@@ -61,6 +61,10 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise ConfigError(f"log_interval must be > 0 iterations (got {cfg.log_interval})")
     if algo.name == "ppo":
         return
+    _choice("algo.replay_obs_dtype", algo.replay_obs_dtype, ("float32", "bfloat16"))
+    _choice(
+        "algo.replay_action_dtype", algo.replay_action_dtype, ("float32", "bfloat16", "float16")
+    )
     if algo.v_min >= algo.v_max:
         raise ConfigError(f"algo.v_min ({algo.v_min}) must be < algo.v_max ({algo.v_max})")
     if algo.num_atoms < 2:

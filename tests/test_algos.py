@@ -189,3 +189,18 @@ def test_td3_exploration_respects_per_env_scale() -> None:
     torch.testing.assert_close(acts[:2048], det[:2048])
     assert (acts[2048:] - det[2048:]).std().item() == pytest.approx(0.3, rel=0.1)
     assert acts.abs().max() <= 1.0
+
+
+def test_effective_rank_of_known_spectra() -> None:
+    from fast_lora_td3.algos.common import adapter_norms, effective_rank
+
+    eye = torch.eye(6)
+    assert effective_rank(eye).item() == pytest.approx(6.0, rel=1e-5)
+    rank_one = torch.outer(torch.randn(8), torch.randn(5))
+    assert effective_rank(rank_one).item() == pytest.approx(1.0, abs=1e-3)
+    learner = make("fasttd3", "simbav2_lora")
+    stats = adapter_norms(learner.critic)
+    ranks = [v for k, v in stats.items() if k.endswith("effective_rank")]
+    assert ranks and all(
+        1.0 <= r.item() <= 4.0 + 1e-4 for r in ranks
+    )  # ΔW = (α/r)(AB)ᵀ has rank ≤ r = 4

@@ -196,3 +196,34 @@ def test_plot_writes_png_for_two_runs(tmp_path: Path) -> None:
     r = cli("plot", *dirs, "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 10_000
+
+
+def test_ppo_baseline_writes_same_run_layout_and_plots_with_td3(tmp_path: Path) -> None:
+    ppo_dir, td3_dir = tmp_path / "ppo", tmp_path / "td3"
+    ppo = cli(
+        "train",
+        "algo=ppo",
+        "env.backend=dummy",
+        "env.task=PointMass-v0",
+        "env.num_envs=8",
+        "device=cpu",
+        "ppo.num_steps_per_env=8",
+        "total_steps=640",
+        "log_interval=2",
+        "eval.num_envs=2",
+        "eval.max_steps=10",
+        "progress=false",
+        f"run_dir={ppo_dir}",
+        cwd=tmp_path,
+    )
+    assert ppo.returncode == 0, ppo.stderr
+    rows = [json.loads(x) for x in (ppo_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 640
+    assert "critic_loss" in rows[-1] and "eval_return" in rows[-1]
+    assert (ppo_dir / "config.yaml").exists() and list((ppo_dir / "checkpoints").iterdir())
+    td3 = cli("train", *SMALL, "total_steps=160", f"run_dir={td3_dir}", cwd=tmp_path)
+    assert td3.returncode == 0, td3.stderr
+    out = tmp_path / "both.png"
+    r = cli("plot", str(ppo_dir), str(td3_dir), "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 10_000

@@ -69,6 +69,8 @@ class OffPolicyLearner:
 
         self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
         self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
+        # Tensors whose gradients the critic update all-reduces (FastSAC adds log α).
+        self.critic_sync_params: list[Tensor] = self.critic_params
         betas = algo.betas
         self.critic_optimizer = make_adamw(
             param_groups(self.critic, algo.weight_decay, algo.adapter_weight_decay),
@@ -158,7 +160,7 @@ class OffPolicyLearner:
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_sync is not None:
-            self.grad_sync(self.critic_params)
+            self.grad_sync(self.critic_sync_params)
         self._clip(self.critic_params, metrics, "critic_grad_norm")
         self.critic_optimizer.step()
         project_weights_(self.critic)

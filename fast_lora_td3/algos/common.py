@@ -103,10 +103,22 @@ def make_adamw(
     )
 
 
-def adapter_norms(module: nn.Module) -> dict[str, torch.Tensor]:
-    """Frobenius norms of every LoRA ΔW (device tensors; read at logging time only)."""
+def effective_rank(weight: torch.Tensor) -> torch.Tensor:
+    """exp(entropy of the normalised singular values), averaged over a leading ensemble axis."""
+    s = torch.linalg.svdvals(weight.float())
+    p = s / s.sum(-1, keepdim=True).clamp_min(1e-12)
+    entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)
+    return entropy.exp().mean()
+
+
+@torch.no_grad()
+def adapter_norms(module: nn.Module, ranks: bool = True) -> dict[str, torch.Tensor]:
+    """Frobenius norm and effective rank of every LoRA ΔW (device tensors; read at logging time)."""
     out = {}
     for name, m in module.named_modules():
         if isinstance(m, LoRALinear):
-            out[f"lora/{name}/delta_norm"] = m.delta_weight().norm()
+            delta = m.delta_weight()
+            out[f"lora/{name}/delta_norm"] = delta.norm()
+            if ranks:
+                out[f"lora/{name}/effective_rank"] = effective_rank(delta)
     return out

@@ -24,6 +24,11 @@ class AlgoConfig:
     """Global batch per update, sampled evenly across envs: must be divisible by env.num_envs."""
     buffer_size: int = 10240
     """Replay capacity PER ENVIRONMENT (total transitions = buffer_size × env.num_envs)."""
+    replay_obs_dtype: str = "float32"
+    """Replay storage dtype of observations: `float32` or `bfloat16` (halves their bytes)."""
+    replay_action_dtype: str = "float32"
+    """Replay storage dtype of actions: `float32`, `bfloat16` or `float16`. Under amp=bf16 the critic
+    rounds actions to bf16 anyway, so bf16 storage loses nothing there (the GPU presets use it)."""
     learning_starts: int = 10
     """Environment steps (per env) collected before updates start."""
     v_min: float = -10.0

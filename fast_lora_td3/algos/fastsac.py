@@ -27,6 +27,8 @@ class FastSACLearner(OffPolicyLearner):
             math.log(self.algo.alpha_init), device=self.device, requires_grad=True
         )
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.algo.alpha_lr)
+        # Data parallel: log α's gradient rides in the critic's bucket so α stays equal on all ranks.
+        self.critic_sync_params = [*self.critic_params, self.log_alpha]
 
     def _build_actor(self, actor_cfg: ActorConfig) -> nn.Module:
         return build_actor(actor_cfg, self.obs_dim, self.action_dim, kind="sac")

@@ -1,0 +1,131 @@
+"""`fast-lora-td3 bench` (SPEC §12, §13) and scripts/device_check.py on CPU at tiny sizes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_algos import ACT, OBS, bandit_batch, make
+
+from fast_lora_td3.bench import count_update_flops, run_bench
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.replay import ReplayBuffer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "obs_dim=6",
+    "action_dim=2",
+    "num_atoms=11",
+    "num_envs=4",
+    "batch_size=16",
+    "critic.hidden_dims=16,16",
+    "actor.hidden_dims=8",
+    "critic.width=8",
+    "critic.num_blocks=1",
+    "critic.rank=2",
+    "buffer_size=12",
+    "iters=2",
+    "warmup=1",
+]
+REQUIRED = {"name", "device", "critic", "batch_size", "updates_per_s", "samples_per_s"}
+
+
+def _lines(capsys: pytest.CaptureFixture) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
+@pytest.mark.parametrize("algo", ["fasttd3", "fastsac"])
+def test_bench_update_prints_json_lines_with_required_keys(algo, capsys) -> None:
+    assert run_bench(["update", f"algo={algo}", "critic=simbav2_lora", *TINY]) == 0
+    lines = _lines(capsys)
+    assert [r["critic"] for r in lines] == ["simbav2", "simbav2_lora"]  # dense twin first
+    for rec in lines:
+        assert rec.keys() >= REQUIRED and rec["name"] == "update" and rec["mode"] == "eager"
+        assert rec["algo"] == algo and rec["batch_size"] == 16
+        assert rec["updates_per_s"] > 0
+        assert rec["samples_per_s"] == pytest.approx(16 * rec["updates_per_s"])
+        assert rec["achieved_gflops"] == pytest.approx(
+            rec["gflop_per_update"] * rec["updates_per_s"]
+        )
+    lora = lines[1]
+    assert lora["widths"] == {"width": 8, "num_blocks": 1, "rank": 2}
+    ratio = lora["ms_per_update"] / lines[0]["ms_per_update"]
+    assert lora["lora_overhead"] == pytest.approx(ratio)
+
+
+def test_bench_update_graph_modes_are_skipped_on_cpu(capsys) -> None:
+    run_bench(["update", "critic=mlp", "modes=eager,graphed", "compare_dense=false", *TINY])
+    lines = _lines(capsys)
+    assert lines[0]["mode"] == "eager" and lines[1] == {
+        "name": "update",
+        "critic": "mlp",
+        "mode": "graphed",
+        "skipped": "needs CUDA",
+    }
+
+
+def test_bench_replay_reports_bytes_against_reference(capsys) -> None:
+    args = ["obs_dim=10", "critic_obs_dim=4", "action_dim=3", "num_envs=4", "buffer_size=64"]
+    assert run_bench(["replay", *args, "batch_size=8", "iters=2", "n_step=3"]) == 0
+    (rec,) = _lines(capsys)
+    rb = ReplayBuffer(4, 64, 10, 3, critic_obs_dim=4, n_step=3, max_episode_length=1000)
+    assert rec["bytes_per_transition"] == rb.bytes_per_transition
+    # Reference: explicit fp32 obs + next_obs (actor and critic), fp32 action and reward, 2 int64.
+    assert rec["reference_bytes_per_transition"] == 2 * (10 + 4) * 4 + 3 * 4 + 4 + 8 + 8
+    assert rec["samples_per_s"] > 0 and rec["ratio_to_reference"] < 1
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["update", "bogus=1"], "bad argument 'bogus=1'"),
+        (["update", "critic"], "bad argument 'critic'"),
+        (["update", "batch_size=10", "num_envs=4"], "multiple of num_envs=4"),
+        (["update", "modes=eager,warp"], "modes="),
+        (["update", "critic.hidden_dims=a,b"], "comma-separated integers"),
+        (["replay", "obs_dtype=int8"], "obs_dtype"),
+        (["fly"], "unknown benchmark"),
+    ],
+)
+def test_bench_bad_input_is_one_line_config_error(args, match) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        run_bench(args)
+    assert "\n" not in str(info.value)
+
+
+def _gemm(batch: int, dims: list[int]) -> int:
+    return sum(2 * batch * i * o for i, o in itertools.pairwise(dims))
+
+
+def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
+    """Critic update: actor fwd + E·(target fwd + online fwd + online bwd without the input grad of
+    the first layer). Actor update: actor fwd/bwd (no input grad at layer 1) + E·critic fwd + E·
+    input-grad-only critic bwd: no critic weight gradients (SPEC §5)."""
+    learner = make("fasttd3", "mlp")
+    b, e = 64, 2
+    critic = [OBS + ACT, 64, 64, 51]  # test_algos.small_critic / 51 atoms
+    actor = [OBS, 32, 32, ACT]
+    c_fwd, a_fwd = _gemm(b, critic), _gemm(b, actor)
+    c_first, a_first = _gemm(b, critic[:2]), _gemm(b, actor[:2])
+    critic_flops, actor_flops = count_update_flops(learner, bandit_batch(b, 1.0), 2)
+    assert critic_flops == a_fwd + e * (c_fwd + c_fwd + 2 * c_fwd - c_first)
+    assert actor_flops == a_fwd + (2 * a_fwd - a_first) + e * (c_fwd + c_fwd)
+    assert learner.num_critic_updates == 0  # counted on a copy
+
+
+def test_device_check_cpu_smoke_exercises_every_part() -> None:
+    cmd = [sys.executable, str(ROOT / "scripts/device_check.py"), "--cpu-smoke"]
+    cmd += ["--only", "td3_simbav2_lora,td3_simbav2_dense"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
+    lines = [json.loads(line) for line in out.strip().splitlines()]
+    assert not [r for r in lines if "error" in r], lines
+    parts = {(r["part"], r.get("mode")) for r in lines}
+    assert ("env", None) in parts and ("done", None) in parts
+    assert {("update", "eager"), ("update", "compiled"), ("parity", "compiled")} <= parts
+    assert ("lora_ratio", "eager") in parts
+    parity = next(r for r in lines if r["part"] == "parity")
+    assert parity["max_metric_rel_diff"] < 1e-3 and parity["max_update_rel_err"] < 1e-2
