@@ -109,6 +109,9 @@ class TrainConfig:
     """Show the progress line."""
     export_at_end: bool = True
     """Export the policy (ONNX + TorchScript + policy.json) at the end of training."""
+    dry_run: bool = False
+    """Compose and validate the config, print a one-line summary, and exit 0 without building envs,
+    networks, process groups or run directories (checks launch scripts and container commands)."""
 
 
 def register_configs() -> None:

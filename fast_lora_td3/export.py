@@ -20,6 +20,12 @@ from torch import Tensor, nn
 import fast_lora_td3
 
 ONNX_OPSET = 17
+"""ONNX opset of the exported graph (SPEC §8: ≥ 17)."""
+CONTRACT_FORMAT = "fast_lora_td3.policy/1"
+"""Version tag of the policy.json / ONNX-metadata contract."""
+VERIFY_ATOL = 1e-5
+"""Largest |ONNX − torch| and |TorchScript − torch| accepted when exporting."""
+EXPORT_FILES = {"onnx": "onnx", "torchscript": "pt", "json": "json"}
 
 
 class DeployedPolicy(nn.Module):
@@ -48,6 +54,9 @@ def deployed_policy(learner: Any) -> DeployedPolicy:
 
 
 def _commit() -> str:
+    """The source commit: $FAST_LORA_TD3_COMMIT (set in container builds), else `git rev-parse`."""
+    if os.environ.get("FAST_LORA_TD3_COMMIT"):
+        return os.environ["FAST_LORA_TD3_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -62,24 +71,32 @@ def _commit() -> str:
 
 
 def deployment_contract(learner: Any, env: Any, cfg: Any, step: int) -> dict[str, Any]:
-    """The policy.json contract: obs layout, action scale, joints, gains, dt, task, provenance."""
+    """The policy.json contract: obs layout, action scale, joints, gains, dt, task, provenance.
+
+    Simulator facts come from `env.deployment_info()` (None where a backend cannot read them; such
+    keys are listed under "unknown"); the learner and config give the tensor interface.
+    """
     info = dict(env.deployment_info()) if hasattr(env, "deployment_info") else {}
-    return {
-        "format": "fast_lora_td3.policy/1",
+    contract: dict[str, Any] = {
+        "format": CONTRACT_FORMAT,
         "task": cfg.env.task,
         "backend": cfg.env.backend,
         "algo": learner.algo.name,
-        "obs_dim": learner.obs_dim,
-        "action_dim": learner.action_dim,
+        "actor_family": getattr(getattr(cfg, "actor", None), "family", None),
+        "obs_dim": int(learner.obs_dim),
+        "action_dim": int(learner.action_dim),
         "input": "obs",
         "output": "actions",
         "actions_range": [-1.0, 1.0],
         "normalizer_inside": bool(learner.algo.obs_normalization),
+        "onnx_opset": ONNX_OPSET,
         "checkpoint_step": int(step),
         "package_version": fast_lora_td3.__version__,
         "commit": _commit(),
-        **info,
     }
+    for key, value in info.items():
+        contract.setdefault(key, value)  # the learner's interface wins over simulator facts
+    return contract
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -91,45 +108,82 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def verify_export(
+    policy: nn.Module, onnx_path: Path, pt_path: Path, obs_dim: int, atol: float = VERIFY_ATOL
+) -> float:
+    """Compare onnxruntime and the TorchScript file with the eager policy on random observations
+    (batch 1 and 7: the batch axis must be dynamic). Raises RuntimeError on a mismatch; returns
+    the largest absolute difference."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation notice; the file format is stable
+        scripted = torch.jit.load(str(pt_path), map_location="cpu")
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for batch in (1, 7):
+        obs = torch.randn(batch, obs_dim, generator=gen) * 3.0
+        with torch.no_grad():
+            ref = policy(obs)
+            ts = scripted(obs)
+        ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+        for name, out in (("onnx", ox), ("torchscript", ts)):
+            if out.shape != ref.shape:
+                raise RuntimeError(
+                    f"export check: {name} output shape {tuple(out.shape)} != "
+                    f"{tuple(ref.shape)} for a batch of {batch}"
+                )
+            err = float((out - ref).abs().max())
+            if not err <= atol:
+                raise RuntimeError(f"export check: {name} differs from torch by {err:.3g} > {atol}")
+            worst = max(worst, err)
+    return worst
+
+
 def export_policy(learner: Any, env: Any, out_dir: Path, cfg: Any, step: int) -> dict[str, Path]:
-    """Write policy.onnx, policy.pt and policy.json to `out_dir`; returns their paths."""
+    """Write policy.onnx, policy.pt and policy.json to `out_dir` (each atomically) after checking
+    that ONNX and TorchScript reproduce the torch policy; returns their paths."""
     import onnx
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     policy = deployed_policy(learner)
-    example = torch.zeros(2, learner.obs_dim)
+    example = torch.randn(2, learner.obs_dim, generator=torch.Generator().manual_seed(0))
     contract = deployment_contract(learner, env, cfg, step)
-
-    onnx_path, pt_path, json_path = (out_dir / f"policy.{ext}" for ext in ("onnx", "pt", "json"))
-    tmp_onnx = out_dir / ".policy.onnx.export"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            policy,
-            (example,),
-            str(tmp_onnx),
-            input_names=["obs"],
-            output_names=["actions"],
-            dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
-            opset_version=ONNX_OPSET,
-            dynamo=False,
-        )
-    model = onnx.load(str(tmp_onnx))
-    tmp_onnx.unlink()
-    for key, value in contract.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, json.dumps(value)
-    _atomic_write_bytes(onnx_path, model.SerializeToString())
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        scripted = torch.jit.trace(policy, example)
-    tmp_pt = out_dir / ".policy.pt.tmp"
-    scripted.save(str(tmp_pt))
-    os.replace(tmp_pt, pt_path)
-    _atomic_write_bytes(json_path, (json.dumps(contract, indent=2) + "\n").encode())
-    return {"onnx": onnx_path, "torchscript": pt_path, "json": json_path}
+    paths = {kind: out_dir / f"policy.{ext}" for kind, ext in EXPORT_FILES.items()}
+    tmp_onnx, tmp_pt = out_dir / ".policy.onnx.export", out_dir / ".policy.pt.export"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                policy,
+                (example,),
+                str(tmp_onnx),
+                input_names=["obs"],
+                output_names=["actions"],
+                dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
+                opset_version=ONNX_OPSET,
+                dynamo=False,
+            )
+            scripted = torch.jit.trace(policy, example)
+        model = onnx.load(str(tmp_onnx))
+        model.producer_name = "fast_lora_td3"
+        model.producer_version = fast_lora_td3.__version__
+        for key, value in contract.items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, json.dumps(value)
+        onnx.checker.check_model(model)
+        _atomic_write_bytes(tmp_onnx, model.SerializeToString())
+        scripted.save(str(tmp_pt))
+        verify_export(policy, tmp_onnx, tmp_pt, learner.obs_dim)
+        os.replace(tmp_onnx, paths["onnx"])
+        os.replace(tmp_pt, paths["torchscript"])
+    finally:
+        for tmp in (tmp_onnx, tmp_pt):
+            tmp.unlink(missing_ok=True)
+    _atomic_write_bytes(paths["json"], (json.dumps(contract, indent=2) + "\n").encode())
+    return paths
 
 
 def read_onnx_metadata(path: Path) -> dict[str, Any]:

@@ -15,13 +15,14 @@ from fast_lora_td3.validate import resolve_device
 
 
 def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Separate the command's own keys (checkpoint, exported, episodes, out) from config overrides."""
+    """Separate the command's own keys (checkpoint, exported, episodes, out, video_length) from
+    config overrides."""
     own, rest = {}, []
     for item in overrides:
         key, eq, value = item.partition("=")
         if not eq:
             raise ConfigError(f"bad override {item!r}: expected key=value")
-        if key in ("checkpoint", "exported", "episodes", "out"):
+        if key in ("checkpoint", "exported", "episodes", "out", "video_length"):
             own[key] = value
         else:
             rest.append(item)
@@ -80,6 +81,8 @@ def onnx_policy(path: Path, device: torch.device) -> Any:
     """An onnxruntime session wrapped as `obs tensor → action tensor` (no torch model involved)."""
     import onnxruntime as ort
 
+    if not Path(path).is_file():
+        raise ConfigError(f"exported={path} does not exist (expected <run>/exported/policy.onnx)")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def act(obs: torch.Tensor) -> torch.Tensor:
@@ -89,40 +92,109 @@ def onnx_policy(path: Path, device: torch.device) -> Any:
     return act
 
 
-def run_play(overrides: list[str]) -> int:
-    """Deterministic episodes; prints return and length statistics (and compares ONNX vs torch)."""
-    from fast_lora_td3.envs import make_env
+def config_from_exported(path: Path, overrides: list[str]) -> TrainConfig:
+    """A config for the env an exported policy was trained on (backend and task from its ONNX
+    metadata), with `overrides` applied; used when play gets `exported=` without a checkpoint."""
+    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.export import read_onnx_metadata
+
+    if not Path(path).is_file():
+        raise ConfigError(f"exported={path} does not exist (expected <run>/exported/policy.onnx)")
+    meta = read_onnx_metadata(Path(path))
+    if "task" not in meta or "backend" not in meta:
+        raise ConfigError(f"exported={path} has no task/backend metadata: pass checkpoint=RUN too")
+    cfg = compose_config([f"env.backend={meta['backend']}", f"env.task={meta['task']}", *overrides])
+    cfg.device = resolve_device(cfg.device)
+    cfg.env.device = cfg.device
+    return cfg
+
+
+def seeded_episode(act: Any, env: Any, seed: int, max_steps: int | None) -> dict[str, float]:
+    """One deterministic evaluation from a reset with `seed`: torch's RNG and the simulator's are
+    re-seeded first, so two policies run from exactly the same initial states (apples to apples)."""
     from fast_lora_td3.evaluation import evaluate
 
+    torch.manual_seed(seed)
+    env.reset(seed=seed)  # `evaluate`'s own reset then draws from this freshly seeded stream
+    return evaluate(act, env, max_steps)
+
+
+def run_play(overrides: list[str]) -> int:
+    """Deterministic episodes of `checkpoint=` (torch) and/or `exported=…/policy.onnx`
+    (onnxruntime, sim-to-sim); with both, each episode seed runs twice and the returns are compared."""
+    from fast_lora_td3.envs import make_env
+
     own, rest = split_overrides(overrides)
-    ckpt = resolve_checkpoint(own.get("checkpoint"))
-    cfg, state = load_for_inference(ckpt, rest)
-    env_cfg = cfg.env
-    env_cfg.num_envs = cfg.eval.num_envs
-    torch.manual_seed(cfg.seed)
-    env = make_env(env_cfg)
+    exported = Path(own["exported"]) if own.get("exported") else None
+    if own.get("checkpoint") or exported is None:
+        ckpt = resolve_checkpoint(own.get("checkpoint"))
+        cfg, state = load_for_inference(ckpt, rest)
+    else:
+        cfg, state = config_from_exported(exported, rest), None
     try:
-        learner = build_learner(cfg, env, state)
         episodes = int(own.get("episodes", 1))
+    except ValueError:
+        raise ConfigError(f"episodes={own['episodes']!r} must be an integer >= 1") from None
+    if episodes < 1:
+        raise ConfigError(f"episodes={episodes} must be an integer >= 1")
+    cfg.env.num_envs = cfg.eval.num_envs
+    torch.manual_seed(cfg.seed)
+    env = make_env(cfg.env)
+    try:
+        policies: dict[str, Any] = {}
+        if state is not None:
+            policies["torch"] = build_learner(cfg, env, state).act
+        if exported is not None:
+            _check_exported_matches(exported, env.obs_dim, env.action_dim)
+            policies["onnx"] = onnx_policy(exported, env.device)
+        worst = 0.0
         for i in range(episodes):
-            stats = evaluate(learner.act, env, cfg.eval.max_steps)
-            print(
-                f"torch policy  episode {i}: return {stats['eval_return']:.4f}  "
-                f"length {stats['eval_length']:.1f}  ({env.num_envs} envs)",
-                flush=True,
-            )
-            if "exported" in own:
-                act = onnx_policy(Path(own["exported"]), env.device)
-                onnx_stats = evaluate(act, env, cfg.eval.max_steps)
+            seed = (cfg.seed if cfg.env.seed is None else cfg.env.seed) + i
+            returns = {}
+            for name, act in policies.items():
+                stats = seeded_episode(act, env, seed, cfg.eval.max_steps)
+                returns[name] = stats["eval_return"]
                 print(
-                    f"onnx  policy  episode {i}: return {onnx_stats['eval_return']:.4f}  "
-                    f"length {onnx_stats['eval_length']:.1f}  "
-                    f"(|Δreturn| = {abs(onnx_stats['eval_return'] - stats['eval_return']):.2e})",
+                    f"{name:5s} policy  episode {i} (seed {seed}): return "
+                    f"{stats['eval_return']:.6f}  length {stats['eval_length']:.1f}  "
+                    f"({env.num_envs} envs)",
                     flush=True,
                 )
+            if len(returns) == 2:
+                worst = max(worst, abs(returns["onnx"] - returns["torch"]))
+        if len(policies) == 2:
+            print(f"sim-to-sim: max |return(onnx) - return(torch)| = {worst:.3e}", flush=True)
+        if cfg.env.video:
+            _record(policies, env, own, ckpt if state is not None else exported)
     finally:
         env.close()
     return 0
+
+
+def _record(policies: dict[str, Any], env: Any, own: dict[str, str], source: Path) -> None:
+    """`env.video=true`: write one MP4 per policy next to the run's other outputs."""
+    from fast_lora_td3.video import record_video
+
+    try:
+        length = int(own.get("video_length", 200))
+    except ValueError:
+        raise ConfigError(f"video_length={own['video_length']!r} must be an integer") from None
+    run_dir = source.parent.parent
+    for name, act in policies.items():
+        path = record_video(act, env, run_dir / "videos" / f"play_{name}.mp4", length=length)
+        print(f"video: {path}", flush=True)
+
+
+def _check_exported_matches(path: Path, obs_dim: int, action_dim: int) -> None:
+    """The ONNX policy's declared obs/action sizes must match the env it is played in."""
+    from fast_lora_td3.export import read_onnx_metadata
+
+    meta = read_onnx_metadata(path)
+    for key, have in (("obs_dim", obs_dim), ("action_dim", action_dim)):
+        if key in meta and int(meta[key]) != have:
+            raise ConfigError(
+                f"exported={path}: policy {key}={meta[key]} but the env has {key}={have}"
+            )
 
 
 def run_export(overrides: list[str]) -> int:

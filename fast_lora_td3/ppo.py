@@ -156,7 +156,7 @@ def run_ppo(cfg: TrainConfig) -> int:
             if (eval_every and done_its % eval_every < n) or is_last:
                 if eval_env is None:
                     eval_cfg = dataclasses.replace(
-                        cfg.env, num_envs=cfg.eval.num_envs, seed=cfg.env.seed + 10_000
+                        cfg.env, num_envs=cfg.eval.num_envs, seed=(cfg.env.seed or 0) + 10_000
                     )
                     eval_env = make_env(eval_cfg)
                 policy = runner.get_inference_policy(device=cfg.device)

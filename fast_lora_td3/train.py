@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.run_logger import make_run_dir
 from fast_lora_td3.validate import resolve_device, validate
+
+EXIT_DISTRIBUTED_FAILURE = 3
+"""Exit code of a rank whose collective failed (a peer died or timed out)."""
 
 
 def find_resume_dir(cfg: TrainConfig) -> Path:
@@ -33,14 +37,35 @@ def find_resume_dir(cfg: TrainConfig) -> Path:
     return runs[-1]
 
 
+def dry_run(cfg: TrainConfig) -> int:
+    """Validate `cfg` and print a summary; builds nothing and writes nothing (`dry_run=true`)."""
+    from fast_lora_td3.distributed import world_size_from_environment
+
+    world = world_size_from_environment()
+    validate(cfg, world_size=world)
+    if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
+        raise ConfigError(f"device={cfg.device!r} is not valid: use cpu, cuda, cuda:N or auto")
+    print(
+        f"dry run: config valid (algo={cfg.algo.name} critic={cfg.critic.family} "
+        f"env={cfg.env.backend}:{cfg.env.task} num_envs={cfg.env.num_envs} world_size={world} "
+        f"run_dir={cfg.run_dir or '<new>'}); nothing built",
+        flush=True,
+    )
+    return 0
+
+
 def run_training(cfg: TrainConfig) -> int:
     """Train per `cfg`; returns the process exit code."""
-    from fast_lora_td3.distributed import DistributedContext
+    from fast_lora_td3.distributed import DistributedContext, replica_state
 
+    if cfg.dry_run:
+        return dry_run(cfg)
     cfg.device = resolve_device(cfg.device)
     dist = DistributedContext.from_environment(cfg.device)
     cfg.device = dist.device
     cfg.env.device = cfg.device
+    if cfg.env.seed is None:
+        cfg.env.seed = cfg.seed  # the simulator follows the top-level seed unless told otherwise
     validate(cfg, world_size=dist.world_size)
     if cfg.algo.name == "ppo":
         from fast_lora_td3.ppo import run_ppo
@@ -50,11 +75,12 @@ def run_training(cfg: TrainConfig) -> int:
     from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Preempted, Trainer
 
     resume = cfg.resume or (cfg.run_dir is not None and Path(cfg.run_dir, "checkpoints").exists())
+    run_dir: Path | None = None
     if resume:
         run_dir = find_resume_dir(cfg)
     elif cfg.run_dir:
         run_dir = Path(cfg.run_dir)
-    else:
+    elif dist.is_main:  # only rank 0 creates files; the others receive its path
         run_dir = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
     run_dir = dist.broadcast_path(run_dir)
     trainer = Trainer(cfg, run_dir, rank=dist.rank, world_size=dist.world_size, dist=dist)
@@ -65,6 +91,14 @@ def run_training(cfg: TrainConfig) -> int:
                 print(f"resumed {run_dir} at env step {trainer.env_steps}", flush=True)
         trainer.install_signal_handlers()
         row = trainer.train()
+        replica = replica_state(trainer.learner)
+        dist.dump_parameters(replica)
+        if dist.enabled:
+            fingerprint = dist.check_replicas_in_sync(replica)
+            if dist.is_main:
+                print(
+                    f"replicas in sync on {dist.world_size} ranks: {fingerprint[:16]}", flush=True
+                )
         if dist.rank == 0:
             if cfg.export_at_end:
                 from fast_lora_td3.export import export_policy
@@ -80,6 +114,14 @@ def run_training(cfg: TrainConfig) -> int:
     except Preempted as exc:
         print(f"preempted: {exc}; exit {PREEMPT_EXIT_CODE} (requeue to resume)", file=sys.stderr)
         return PREEMPT_EXIT_CODE
+    except RuntimeError as exc:
+        if not dist.enabled:
+            raise
+        # A dead or stalled peer surfaces as a backend RuntimeError: keep the traceback, end
+        # with one line that says what happened, and exit non-zero so the launcher stops the job.
+        traceback.print_exc()
+        print(f"fast-lora-td3: error: {dist.failure_message(exc)}", file=sys.stderr, flush=True)
+        return EXIT_DISTRIBUTED_FAILURE
     finally:
         trainer.close()
         dist.shutdown()

@@ -7,6 +7,7 @@ logging interval; NaN checks read one flag every `nan_check_interval` iterations
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.distributed import DistributedContext
 from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import VecEnv
-from fast_lora_td3.errors import CheckpointError, NonFiniteError
+from fast_lora_td3.errors import CheckpointError, ConfigError, NonFiniteError
 from fast_lora_td3.evaluation import evaluate
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
@@ -31,6 +32,14 @@ from fast_lora_td3.update_step import UpdateStep
 
 PREEMPT_EXIT_CODE = 75
 """Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
+
+
+STOP_SYNC_INTERVAL = 8
+"""Data parallel: iterations between the ranks' agreement on a pending preemption signal."""
+
+
+class CompileMismatchError(ConfigError):
+    """Compiled and eager updates disagree beyond tolerance (verify_compile=true)."""
 
 
 class Preempted(Exception):
@@ -63,9 +72,12 @@ class Trainer:
         self.cfg, self.run_dir, self.rank, self.world_size = cfg, Path(run_dir), rank, world_size
         self.dist = dist or DistributedContext(device=cfg.device)
         self.device = torch.device(cfg.device)
-        seed_everything(cfg.seed + rank)
-        env_cfg = cfg.env
+        base_seed = cfg.seed if cfg.env.seed is None else cfg.env.seed
+        env_cfg = dataclasses.replace(cfg.env, seed=base_seed + rank)
+        self.env_seed = env_cfg.seed
         self.env = env_factory(env_cfg)
+        # After the env: simulators may reseed torch's global RNG themselves (mjlab does).
+        seed_everything(cfg.seed + rank)
         self.eval_env: VecEnv | None = None
         self.env_factory = env_factory
         algo = cfg.algo
@@ -92,16 +104,22 @@ class Trainer:
             n_step=algo.n_step,
             gamma=algo.gamma,
             max_episode_length=self.env.max_episode_length,
+            obs_dtype=getattr(torch, algo.replay_obs_dtype),
+            action_dtype=getattr(torch, algo.replay_action_dtype),
         )
         if self.dist.enabled:
             for module in self.learner.modules().values():
                 self.dist.broadcast_module_(module)
             self.learner.grad_sync = self.dist.allreduce_grads_
+            # Every rank normalises with the global statistics of all ranks' rollouts (SPEC §9).
+            self.learner.obs_normalizer.distributed = True
+            self.learner.critic_obs_normalizer.distributed = True
         self.update_step = UpdateStep(self.learner, cfg)
-        self.collector = Collector(self.env, self.replay, self.learner, seed=cfg.env.seed + rank)
+        self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
         self.iteration = 0
         self.replay_steps = 0
+        self._verify_pending = cfg.verify_compile and (cfg.compile or cfg.cuda_graph)
         self._stop_signal: int | None = None
         self.logger: RunLogger | None = None
 
@@ -144,12 +162,32 @@ class Trainer:
         state = self.checkpoints.load(path, map_location=self.device)
         check_compatible(state["config"], self.config_dict(), source=path)
         self.learner.load_state_dict(state["learner"])
+        self.iteration = int(state["iteration"])
+        if self.dist.enabled:
+            # The checkpoint holds rank 0's envs, replay and RNG only: every rank keeps its own env
+            # stream, re-seeded per rank and step, and refills replay so all ranks update in step.
+            seed_everything(self.cfg.seed + self.rank + 7919 * self.iteration)
+            return
         self.collector.load_state_dict(state["collector"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
             self.replay_steps = int(state["replay_steps"])
-        self.iteration = int(state["iteration"])
         set_rng_state(state["rng"])
+
+    def _verify_compile(self) -> None:
+        """`verify_compile=true`: a few updates eager and compiled from the same state must agree;
+        refuse to train otherwise (torch.compile has silently broken learning before, SPEC §5)."""
+        from fast_lora_td3.update_step import verify_compile
+
+        self._verify_pending = False
+        try:
+            report = verify_compile(
+                self.learner, lambda: self.replay.sample_nstep(self.cfg.algo.batch_size), self.cfg
+            )
+        except RuntimeError as exc:
+            raise CompileMismatchError(f"verify_compile failed, refusing to train: {exc}") from None
+        if self.rank == 0:
+            print(f"verify_compile: eager and compiled updates agree ({report})", flush=True)
 
     # -- signals ------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -159,6 +197,15 @@ class Trainer:
         """SIGTERM / SIGUSR1 (Slurm preemption, `--signal=B:USR1@120`) → checkpoint and exit."""
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, self._on_signal)
+
+    def _should_stop(self) -> bool:
+        """A preemption signal arrived; with several ranks, all agree every STOP_SYNC_INTERVAL
+        iterations so they stop at the same step (none is left waiting in a collective)."""
+        if not self.dist.enabled:
+            return self._stop_signal is not None
+        if self.iteration % STOP_SYNC_INTERVAL:
+            return False
+        return self.dist.any_true(self._stop_signal is not None)
 
     # -- the loop -----------------------------------------------------------------------------
     def _finite_flags(self) -> dict[str, torch.Tensor]:
@@ -185,13 +232,16 @@ class Trainer:
                 raise err
 
     def run_evaluation(self) -> dict[str, float]:
-        """Deterministic episodes on the separate eval envs."""
-        if self.eval_env is None:
-            eval_cfg = OmegaConf.structured(self.cfg.env)
-            eval_cfg.num_envs = self.cfg.eval.num_envs
-            eval_cfg.seed = self.cfg.env.seed + 10_000 + self.rank
-            self.eval_env = self.env_factory(OmegaConf.to_object(eval_cfg))
-        return evaluate(self.learner.act, self.eval_env, self.cfg.eval.max_steps)
+        """Deterministic episodes on the separate eval envs. The training RNG streams are forked, so
+        the evaluation schedule never changes the training trajectory."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if self.eval_env is None:
+                eval_cfg = dataclasses.replace(
+                    self.cfg.env, num_envs=self.cfg.eval.num_envs, seed=self.env_seed + 10_000
+                )
+                self.eval_env = self.env_factory(eval_cfg)
+            return evaluate(self.learner.act, self.eval_env, self.cfg.eval.max_steps)
 
     def train(self) -> dict[str, float]:
         """Run until total_steps; returns the last metrics row."""
@@ -223,6 +273,8 @@ class Trainer:
             self.replay_steps += 1
             # Counted on the host: a resume without a replay snapshot refills before updating.
             if self.replay_steps > algo.learning_starts:
+                if self._verify_pending:
+                    self._verify_compile()
                 for _ in range(algo.num_updates):
                     ts = time.perf_counter()
                     batch = self.replay.sample_nstep(algo.batch_size)
@@ -268,11 +320,11 @@ class Trainer:
                 or is_last
             ):
                 self.save_checkpoint()
-            if self._stop_signal is not None:
+            if self._should_stop():
                 if self.rank == 0:
                     self.save_checkpoint()
                 raise Preempted(
-                    f"signal {self._stop_signal}: checkpointed at iteration {self.iteration}"
+                    f"signal {self._stop_signal or 'on another rank'}: checkpointed at iteration {self.iteration}"
                 )
         return last_row
 

@@ -23,8 +23,9 @@ class EnvConfig:
     device: str = "cpu"
     """Simulator device: `cpu`, `cuda` or `cuda:<i>` (gymnasium always simulates on CPU and
     moves tensors to this device)."""
-    seed: int = 0
-    """Seed of the simulator's random number generators (reset noise, randomisation, commands)."""
+    seed: int | None = None
+    """Seed of the simulator's random number generators (reset noise, randomisation, commands);
+    None: the top-level `seed`. Rank r of a data-parallel run uses seed + r."""
     episode_length_s: float | None = None
     """Override of the task's episode length in seconds (mjlab / Isaac Lab); None keeps the task's."""
     randomize_episode_start: bool = False

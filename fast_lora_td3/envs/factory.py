@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 from collections.abc import Iterable
@@ -88,6 +89,8 @@ def make_env(cfg: EnvConfig) -> VecEnv:
     Importing ``fast_lora_td3.tasks`` (done here for mjlab) registers our FastLoRA-* task ids.
     """
     validate_env_config(cfg)
+    if cfg.seed is None:
+        cfg = dataclasses.replace(cfg, seed=0)  # a standalone env without a run seed
     if cfg.backend == "dummy":
         from fast_lora_td3.envs.dummy import DUMMY_TASKS, PointMassEnv
 

@@ -1,0 +1,229 @@
+"""Policy export (SPEC §8): ONNX / TorchScript equal the torch policy, the contract round-trips, and
+the ONNX policy drives mjlab cartpole to the torch policy's return (sim-to-sim)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from fast_lora_td3.algos import make_learner
+from fast_lora_td3.cli import compose_config
+from fast_lora_td3.export import ONNX_OPSET, deployed_policy, export_policy, read_onnx_metadata
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
+
+OBS_DIM, ACT_DIM = 11, 3
+SMALL = [
+    "env.backend=dummy",
+    "env.task=PointMassAsym-v0",
+    "env.num_envs=8",
+    "device=cpu",
+    "algo.batch_size=64",
+    "algo.buffer_size=64",
+    "algo.n_step=3",
+    "algo.num_updates=2",
+    "algo.num_atoms=21",
+    "algo.learning_starts=4",
+    "critic=simbav2_lora",
+    "critic.width=32",
+    "critic.num_blocks=1",
+    "critic.rank=4",
+    "actor.hidden_dims=[32,32]",
+    "eval.num_envs=2",
+    "eval.max_steps=10",
+    "log_interval=5",
+    "progress=false",
+]
+
+
+class FakeEnv:
+    """Just the deployment facts an env reports."""
+
+    def deployment_info(self) -> dict:
+        return {
+            "control_dt": 0.02,
+            "action_scale": [0.25, 0.5, 0.5],
+            "joint_names": ["hip", "knee", "ankle"],
+            "default_joint_pos": [0.1, -0.2, 0.3],
+            "kp": [40.0, 40.0, 20.0],
+            "kd": [1.0, 1.0, 0.5],
+            "observation_layout": [
+                {"name": "joint_pos", "size": 3, "scale": None},
+                {"name": "joint_vel", "size": 3, "scale": 0.05},
+                {"name": "command", "size": 5, "scale": [1.0, 1.0, 1.0, 1.0, 1.0]},
+            ],
+        }
+
+
+def trained_like_learner(algo: str, actor: str):
+    """A learner whose normaliser holds non-trivial statistics and whose actor moved off its init."""
+    overrides = [*SMALL, f"algo={algo}", f"actor={actor}"]
+    if actor == "simbav2":
+        overrides += ["actor.width=32"]
+    cfg = compose_config(overrides)
+    torch.manual_seed(0)
+    learner = make_learner(
+        cfg.algo, cfg.critic, cfg.actor, OBS_DIM, OBS_DIM, ACT_DIM, torch.device("cpu")
+    )
+    gen = torch.Generator().manual_seed(1)
+    learner.update_normalizers(
+        torch.randn(256, OBS_DIM, generator=gen) * 4 + 2, torch.randn(256, OBS_DIM, generator=gen)
+    )
+    with torch.no_grad():
+        for p in learner.actor.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    return cfg, learner
+
+
+@pytest.mark.parametrize(
+    ("algo", "actor"),
+    [("fasttd3", "mlp"), ("fasttd3", "simbav2"), ("fastsac", "mlp"), ("fastsac", "simbav2")],
+)
+def test_onnx_and_torchscript_equal_torch_policy(tmp_path: Path, algo: str, actor: str) -> None:
+    cfg, learner = trained_like_learner(algo, actor)
+    paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=1234)
+    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
+    scripted = torch.jit.load(str(paths["torchscript"]))
+    gen = torch.Generator().manual_seed(2)
+    # Random observations of several batch sizes, and a "recorded" trajectory-like sequence.
+    walk = torch.cumsum(0.3 * torch.randn(50, OBS_DIM, generator=gen), 0) + 2.0
+    for obs in (torch.randn(1, OBS_DIM, generator=gen), 5 * torch.randn(64, OBS_DIM), walk):
+        ref = learner.act(obs)
+        ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+        assert ox.shape == ref.shape
+        assert torch.allclose(ox, ref, atol=1e-5, rtol=0), (ox - ref).abs().max()
+        assert torch.allclose(scripted(obs), ref, atol=1e-5, rtol=0)
+        assert ref.abs().max() <= 1.0
+    # The deterministic policy really depends on the normaliser: a wrong mean would change it.
+    stale = deployed_policy(learner)
+    stale.normalizer.mean.zero_()
+    assert not torch.allclose(stale(walk), learner.act(walk), atol=1e-3)
+
+
+def test_onnx_graph_interface_and_no_critic(tmp_path: Path) -> None:
+    cfg, learner = trained_like_learner("fasttd3", "mlp")
+    paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=7)
+    model = onnx.load(str(paths["onnx"]))
+    assert [i.name for i in model.graph.input] == ["obs"]
+    assert [o.name for o in model.graph.output] == ["actions"]
+    batch_dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch_dim.dim_param and not batch_dim.dim_value  # dynamic batch axis
+    assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 17
+    names = [t.name for t in model.graph.initializer]
+    assert not any("critic" in n or "lora" in n for n in names)
+    n_weights = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
+    actor_numel = sum(p.numel() for p in learner.actor.parameters())
+    assert actor_numel <= n_weights <= actor_numel + 2 * OBS_DIM  # actor + normaliser only
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_contract_round_trips_between_json_and_onnx_metadata(tmp_path: Path) -> None:
+    cfg, learner = trained_like_learner("fastsac", "mlp")
+    paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=4321)
+    contract = json.loads(paths["json"].read_text())
+    assert read_onnx_metadata(paths["onnx"]) == contract
+    info = FakeEnv().deployment_info()
+    for key in ("control_dt", "action_scale", "joint_names", "default_joint_pos", "kp", "kd"):
+        assert contract[key] == info[key]
+    assert contract["observation_layout"] == info["observation_layout"]
+    assert sum(t["size"] for t in contract["observation_layout"]) == contract["obs_dim"] == OBS_DIM
+    assert contract["task"] == "PointMassAsym-v0" and contract["algo"] == "fastsac"
+    assert contract["checkpoint_step"] == 4321 and contract["onnx_opset"] == ONNX_OPSET
+    assert contract["package_version"] and contract["commit"]
+    assert (contract["input"], contract["output"]) == ("obs", "actions")
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "fast_lora_td3.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def _returns(stdout: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"torch": [], "onnx": []}
+    for line in stdout.splitlines():
+        name = line.split(" ", 1)[0]
+        if name in out and " return " in line:
+            out[name].append(float(line.split(" return ")[1].split()[0]))
+    return out
+
+
+@pytest.mark.slow
+def test_train_exports_and_cli_export_and_play_agree(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = _cli("train", *SMALL, "algo=fastsac", "total_steps=160", f"run_dir={run}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    first = json.loads((run / "exported" / "policy.json").read_text())
+    assert first["checkpoint_step"] == 160 and first["algo"] == "fastsac"
+    out = tmp_path / "again"
+    res = _cli("export", f"checkpoint={run}", f"out={out}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_onnx_metadata(out / "policy.onnx")["checkpoint_step"] == 160
+    res = _cli(
+        "play",
+        f"checkpoint={run}",
+        f"exported={out / 'policy.onnx'}",
+        "episodes=2",
+        "eval.num_envs=3",
+        "eval.max_steps=30",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = _returns(res.stdout)
+    assert len(got["torch"]) == len(got["onnx"]) == 2
+    assert got["torch"][0] != got["torch"][1]  # different episode seeds are different episodes
+    for t, o in zip(got["torch"], got["onnx"], strict=True):
+        assert abs(t - o) < 1e-5
+    assert "sim-to-sim" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.mjlab
+def test_onnx_policy_drives_mjlab_cartpole_like_torch(tmp_path: Path) -> None:
+    from fast_lora_td3.envs import make_env
+    from fast_lora_td3.play import onnx_policy, seeded_episode
+
+    cfg = compose_config(
+        ["env=mjlab", "env.task=Mjlab-Cartpole-Swingup", "env.num_envs=3", "device=cpu"]
+    )
+    env = make_env(cfg.env)
+    try:
+        torch.manual_seed(0)
+        learner = make_learner(
+            cfg.algo, cfg.critic, cfg.actor, env.obs_dim, env.critic_obs_dim, env.action_dim, "cpu"
+        )
+        recorded = [env.reset(seed=3)[0]]
+        for _ in range(40):  # real cartpole observations, also used to fit the normaliser
+            learner.update_normalizers(recorded[-1], recorded[-1])
+            recorded.append(env.step(torch.rand(3, env.action_dim) * 2 - 1).obs)
+        paths = export_policy(learner, env, tmp_path, cfg, step=0)
+        act_onnx = onnx_policy(paths["onnx"], env.device)
+        obs = torch.cat(recorded)
+        assert torch.allclose(act_onnx(obs), learner.act(obs), atol=1e-5, rtol=0)
+
+        torch_run = seeded_episode(learner.act, env, seed=5, max_steps=60)
+        onnx_run = seeded_episode(act_onnx, env, seed=5, max_steps=60)
+        other_seed = seeded_episode(learner.act, env, seed=6, max_steps=60)
+    finally:
+        env.close()
+    assert abs(onnx_run["eval_return"] - torch_run["eval_return"]) < 1e-5
+    assert onnx_run["eval_length"] == torch_run["eval_length"]
+    assert other_seed["eval_return"] != torch_run["eval_return"]  # the seed controls the episode
+    contract = json.loads(paths["json"].read_text())
+    assert contract["joint_names"] == ["slider"] and contract["control_dt"] > 0
+    assert sum(t["size"] for t in contract["observation_layout"]) == env.obs_dim
