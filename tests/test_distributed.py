@@ -16,34 +16,13 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from cli_helpers import NO_EXPORT as SMALL
 
 from fast_lora_td3.algos import make_learner
 from fast_lora_td3.cli import compose_config
 from fast_lora_td3.distributed import DUMP_ENV, TIMEOUT_ENV, DistributedContext
 from fast_lora_td3.replay import ReplaySample
 
-SMALL = [
-    "env.backend=dummy",
-    "env.task=PointMassAsym-v0",
-    "env.num_envs=8",
-    "device=cpu",
-    "algo.batch_size=64",
-    "algo.buffer_size=64",
-    "algo.n_step=3",
-    "algo.num_updates=2",
-    "algo.num_atoms=21",
-    "algo.learning_starts=4",
-    "critic=simbav2_lora",
-    "critic.width=32",
-    "critic.num_blocks=1",
-    "critic.rank=4",
-    "actor.hidden_dims=[32,32]",
-    "eval.num_envs=2",
-    "eval.max_steps=10",
-    "log_interval=5",
-    "progress=false",
-    "export_at_end=false",
-]
 OBS, ACT, B, K = 6, 2, 16, 4
 
 

@@ -4,9 +4,6 @@ the ONNX policy drives mjlab cartpole to the torch policy's return (sim-to-sim).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from cli_helpers import SMALL, cli
 
 from fast_lora_td3.algos import make_learner
 from fast_lora_td3.cli import compose_config
@@ -22,27 +20,6 @@ from fast_lora_td3.export import ONNX_OPSET, deployed_policy, export_policy, rea
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
 
 OBS_DIM, ACT_DIM = 11, 3
-SMALL = [
-    "env.backend=dummy",
-    "env.task=PointMassAsym-v0",
-    "env.num_envs=8",
-    "device=cpu",
-    "algo.batch_size=64",
-    "algo.buffer_size=64",
-    "algo.n_step=3",
-    "algo.num_updates=2",
-    "algo.num_atoms=21",
-    "algo.learning_starts=4",
-    "critic=simbav2_lora",
-    "critic.width=32",
-    "critic.num_blocks=1",
-    "critic.rank=4",
-    "actor.hidden_dims=[32,32]",
-    "eval.num_envs=2",
-    "eval.max_steps=10",
-    "log_interval=5",
-    "progress=false",
-]
 
 
 class FakeEnv:
@@ -142,18 +119,6 @@ def test_contract_round_trips_between_json_and_onnx_metadata(tmp_path: Path) -> 
     assert (contract["input"], contract["output"]) == ("obs", "actions")
 
 
-def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "fast_lora_td3.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
 def _returns(stdout: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"torch": [], "onnx": []}
     for line in stdout.splitlines():
@@ -166,15 +131,15 @@ def _returns(stdout: str) -> dict[str, list[float]]:
 @pytest.mark.slow
 def test_train_exports_and_cli_export_and_play_agree(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    res = _cli("train", *SMALL, "algo=fastsac", "total_steps=160", f"run_dir={run}", cwd=tmp_path)
+    res = cli("train", *SMALL, "algo=fastsac", "total_steps=160", f"run_dir={run}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     first = json.loads((run / "exported" / "policy.json").read_text())
     assert first["checkpoint_step"] == 160 and first["algo"] == "fastsac"
     out = tmp_path / "again"
-    res = _cli("export", f"checkpoint={run}", f"out={out}", cwd=tmp_path)
+    res = cli("export", f"checkpoint={run}", f"out={out}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert read_onnx_metadata(out / "policy.onnx")["checkpoint_step"] == 160
-    res = _cli(
+    res = cli(
         "play",
         f"checkpoint={run}",
         f"exported={out / 'policy.onnx'}",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -12,15 +11,6 @@ import torch
 
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn import LoRALinear, merge_lora_, merged_polyak_, project_weights_
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread avoids OpenMP contention on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _brute_merged(layer: LoRALinear) -> torch.Tensor:

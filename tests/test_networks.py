@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -25,16 +24,6 @@ from fast_lora_td3.nn import (
     dense_trainable_parameters,
     project_weights_,
 )
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread avoids OpenMP contention on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 OBS, ACT, ATOMS = 7, 3, 11
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_trainer import SMALL, cli
+from cli_helpers import NO_EXPORT as SMALL
+from cli_helpers import cli
 
 
 @pytest.mark.mjlab

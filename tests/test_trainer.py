@@ -12,45 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import NO_EXPORT as SMALL
+from cli_helpers import cli
 
 from fast_lora_td3.cli import compose_config
 from fast_lora_td3.errors import NonFiniteError
 from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
-
-SMALL = [
-    "env.backend=dummy",
-    "env.task=PointMassAsym-v0",
-    "env.num_envs=8",
-    "device=cpu",
-    "algo.batch_size=64",
-    "algo.buffer_size=64",
-    "algo.n_step=3",
-    "algo.num_updates=2",
-    "algo.num_atoms=21",
-    "algo.learning_starts=4",
-    "critic=simbav2_lora",
-    "critic.width=32",
-    "critic.num_blocks=1",
-    "critic.rank=4",
-    "actor.hidden_dims=[32,32]",
-    "eval.num_envs=2",
-    "eval.max_steps=10",
-    "log_interval=5",
-    "progress=false",
-    "export_at_end=false",
-]
-
-
-def cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, "-m", "fast_lora_td3.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
 
 
 def run_trainer(run_dir: Path, total_steps: int, resume: bool = False) -> Trainer:
