@@ -163,13 +163,15 @@ class UpdateStep:
         if want_graph and impl == "reduce_overhead":
             configure_compiler()
             self._make_capturable()
-            critic_fn = torch.compile(critic_fn, mode="reduce-overhead")
-            actor_fn = torch.compile(actor_fn, mode="reduce-overhead")
+            critic_fn = torch.compile(critic_fn, mode="reduce-overhead", dynamic=False)
+            actor_fn = torch.compile(actor_fn, mode="reduce-overhead", dynamic=False)
             self.mode = "reduce_overhead"
         elif want_compile:
             configure_compiler()
-            critic_fn = torch.compile(critic_fn, backend=backend)
-            actor_fn = torch.compile(actor_fn, backend=backend)
+            # Static shapes: training batches never change size, and dynamic-shape tracing of the
+            # samplers is fragile (a recompile on a second batch size made dims symbolic).
+            critic_fn = torch.compile(critic_fn, backend=backend, dynamic=False)
+            actor_fn = torch.compile(actor_fn, backend=backend, dynamic=False)
             self.mode = "graphed" if want_graph else "compiled"
         else:
             self.mode = "graphed" if want_graph else "eager"

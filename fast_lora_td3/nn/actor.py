@@ -144,7 +144,11 @@ class TanhGaussianActor(nn.Module):
         mean, log_std = self.forward(obs)
         dtype = torch.promote_types(mean.dtype, torch.float32)
         mean, log_std = mean.to(dtype), log_std.to(dtype)
-        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=dtype)
+        if generator is None:
+            # randn_like keeps symbolic batch sizes intact under torch.compile's dynamic shapes.
+            eps = torch.randn_like(mean, dtype=dtype)
+        else:
+            eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=dtype)
         u = mean + log_std.exp() * eps
         log_det = 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
         log_prob = (-0.5 * eps.square() - log_std - _HALF_LOG_2PI - log_det).sum(-1)
