@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from fast_lora_td3.checkpoint import CheckpointManager
+from fast_lora_td3.checkpoint import CheckpointManager, load_file
 from fast_lora_td3.config import TrainConfig, register_configs
 from fast_lora_td3.errors import CheckpointError, ConfigError
 from fast_lora_td3.validate import resolve_device
@@ -47,7 +47,7 @@ def resolve_checkpoint(path: str | None) -> Path:
 
 def load_for_inference(ckpt: Path, overrides: list[str]) -> tuple[TrainConfig, dict[str, Any]]:
     """The saved run's config with `overrides` applied, and the checkpoint state."""
-    state = CheckpointManager(ckpt.parent, keep_last=1_000_000).load(ckpt, map_location="cpu")
+    state = load_file(ckpt)
     register_configs()
     base = OmegaConf.structured(TrainConfig)
     try:

@@ -254,6 +254,11 @@ class ReplayBuffer:
         return min(self._num_added, self.capacity)
 
     @property
+    def num_added(self) -> int:
+        """Steps written per env since allocation or the loaded snapshot (host counter, no sync)."""
+        return self._num_added
+
+    @property
     def size(self) -> int:
         """Steps stored per env (≤ capacity)."""
         return len(self)

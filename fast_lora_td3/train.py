@@ -42,7 +42,7 @@ def dry_run(cfg: TrainConfig) -> int:
     from fast_lora_td3.distributed import world_size_from_environment
 
     world = world_size_from_environment()
-    validate(cfg, world_size=world)
+    validate(cfg)
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise ConfigError(f"device={cfg.device!r} is not valid: use cpu, cuda, cuda:N or auto")
     print(
@@ -66,7 +66,7 @@ def run_training(cfg: TrainConfig) -> int:
     cfg.env.device = cfg.device
     if cfg.env.seed is None:
         cfg.env.seed = cfg.seed  # the simulator follows the top-level seed unless told otherwise
-    validate(cfg, world_size=dist.world_size)
+    validate(cfg)
     if cfg.algo.name == "ppo":
         from fast_lora_td3.ppo import run_ppo
 

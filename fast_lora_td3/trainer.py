@@ -118,7 +118,6 @@ class Trainer:
         self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
         self.iteration = 0
-        self.replay_steps = 0
         self._verify_pending = cfg.verify_compile and (cfg.compile or cfg.cuda_graph)
         self._stop_signal: int | None = None
         self.logger: RunLogger | None = None
@@ -145,7 +144,6 @@ class Trainer:
         }
         if self.cfg.save_replay:
             state["replay"] = self.replay.state_dict()
-            state["replay_steps"] = self.replay_steps
         return state
 
     def save_checkpoint(self) -> Path:
@@ -171,7 +169,6 @@ class Trainer:
         self.collector.load_state_dict(state["collector"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
-            self.replay_steps = int(state["replay_steps"])
         set_rng_state(state["rng"])
 
     def _verify_compile(self) -> None:
@@ -258,7 +255,6 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}
         finite = self._finite_flags()
-        num_updates_window = 0
         timings = {"env": 0.0, "sample": 0.0, "update": 0.0}
         eval_every = max(1, cfg.eval.interval // self.num_envs) if cfg.eval.interval > 0 else 0
         last_row: dict[str, float] = {}
@@ -270,9 +266,8 @@ class Trainer:
             t1 = time.perf_counter()
             timings["env"] += t1 - t0
             self.iteration += 1
-            self.replay_steps += 1
-            # Counted on the host: a resume without a replay snapshot refills before updating.
-            if self.replay_steps > algo.learning_starts:
+            # The replay's host counter: a resume without a replay snapshot refills before updating.
+            if self.replay.num_added > algo.learning_starts:
                 if self._verify_pending:
                     self._verify_compile()
                 for _ in range(algo.num_updates):
@@ -286,7 +281,6 @@ class Trainer:
                     for k, v in metrics.items():
                         sums[k] = sums[k] + v if k in sums else v.clone()
                         counts[k] = counts.get(k, 0) + 1
-                    num_updates_window += 1
                 self.learner.step_schedulers()
             if cfg.nan_check_interval:
                 # Device-side running flags: every step is covered, the host reads every N steps.
@@ -306,8 +300,8 @@ class Trainer:
                 elapsed = time.perf_counter() - window_start
                 its = self.iteration - window_start_it
                 row["env_steps_per_s"] = its * self.num_envs / max(elapsed, 1e-9)
-                row["updates_per_s"] = num_updates_window / max(elapsed, 1e-9)
-                sums, counts, num_updates_window = {}, {}, 0
+                row["updates_per_s"] = counts.get("critic_loss", 0) / max(elapsed, 1e-9)
+                sums, counts = {}, {}
                 timings = dict.fromkeys(timings, 0.0)
                 window_start, window_start_it = time.perf_counter(), self.iteration
                 if self.logger is not None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from fast_lora_td3.algos import LEARNERS
 from fast_lora_td3.config import TrainConfig
-from fast_lora_td3.envs.config import BACKENDS
+from fast_lora_td3.envs.factory import check_device, validate_env_config
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.nn.actor import validate_actor_config
+from fast_lora_td3.nn.critic import validate_critic_config
 
-ALGOS = ("fasttd3", "fastsac", "ppo")
-CRITIC_FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
+ALGOS = (*LEARNERS, "ppo")
 
 
 def _choice(key: str, value: object, valid: tuple[str, ...]) -> None:
@@ -21,38 +23,21 @@ def resolve_device(device: str) -> str:
     """`auto` → `cuda` when available else `cpu`; CUDA requested but absent is an error."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device != "cpu" and not device.startswith("cuda"):
-        raise ConfigError(f"device={device!r} is not valid: use cpu, cuda, cuda:N or auto")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"device={device} requested but CUDA is not available: use device=cpu"
-            )
-        index = device.partition(":")[2]
-        if index and int(index) >= torch.cuda.device_count():
-            raise ConfigError(
-                f"device={device}: only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
+    check_device(device, key="device")
     return device
 
 
-def validate(cfg: TrainConfig, world_size: int = 1) -> None:
+def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError on the first invalid setting."""
     algo, critic, env = cfg.algo, cfg.critic, cfg.env
     _choice("algo", algo.name, ALGOS)
-    _choice("env.backend", env.backend, BACKENDS)
-    _choice("critic.family", critic.family, CRITIC_FAMILIES)
-    _choice("critic.activation", critic.activation, ("relu", "silu_layernorm"))
-    _choice("actor.family", cfg.actor.family, ("mlp", "simbav2"))
-    _choice("actor.activation", cfg.actor.activation, ("relu", "silu_layernorm"))
-    _choice("critic.weight_norm", critic.weight_norm, ("project", "forward", "none"))
-    _choice("critic.lora_init", critic.lora_init, ("paper", "zero_b"))
+    validate_env_config(env, check_runtime=False)  # device / package: at start-up and make_env
+    validate_critic_config(critic)
+    validate_actor_config(cfg.actor)
     _choice("amp", cfg.amp, ("none", "bf16"))
     _choice("logger", cfg.logger, ("tensorboard", "wandb"))
     _choice("nan_action", cfg.nan_action, ("stop", "skip"))
     _choice("algo.actor_q_reduce", algo.actor_q_reduce, ("min", "mean"))
-    if env.num_envs <= 0:
-        raise ConfigError(f"env.num_envs must be > 0 (got {env.num_envs})")
     if cfg.total_steps <= 0:
         raise ConfigError(f"total_steps must be > 0 (got {cfg.total_steps})")
     if cfg.eval.num_envs <= 0:

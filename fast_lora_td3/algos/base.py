@@ -6,6 +6,7 @@ A learner owns everything the update touches. Its `critic_step` / `actor_step` a
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from fast_lora_td3.nn.layers import project_weights_
 from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
 
 
-class OffPolicyLearner:
+class OffPolicyLearner(ABC):
     """Common state of the distributional off-policy learners (see FastTD3Learner, FastSACLearner)."""
 
     actor: nn.Module
@@ -96,16 +97,17 @@ class OffPolicyLearner:
         self.grad_sync: Callable[[list[Tensor]], None] | None = None
 
     # -- subclass hooks -------------------------------------------------------------------------
+    @abstractmethod
     def _build_actor(self, actor_cfg: ActorConfig) -> nn.Module:
-        raise NotImplementedError
+        """The algorithm's actor (deterministic for TD3, tanh-Gaussian for SAC)."""
 
+    @abstractmethod
     def critic_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """Return (loss, metrics) for one critic update."""
-        raise NotImplementedError
 
+    @abstractmethod
     def actor_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """Return (loss, metrics) for one actor update."""
-        raise NotImplementedError
 
     # -- shared machinery ---------------------------------------------------------------------
     def autocast(self) -> torch.autocast:

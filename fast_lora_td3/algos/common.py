@@ -8,22 +8,13 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from fast_lora_td3.nn.lora import LoRALinear
-
-ADAPTER_NAMES = ("lora_A", "lora_B")
-
-
-def _lora_pairs(online: nn.Module, target: nn.Module) -> list[tuple[LoRALinear, LoRALinear]]:
-    pairs = []
-    for mo, mt in zip(online.modules(), target.modules(), strict=True):
-        if isinstance(mo, LoRALinear):
-            assert isinstance(mt, LoRALinear), "target must mirror the online network"
-            pairs.append((mo, mt))
-    return pairs
-
-
-def _is_adapter(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in ADAPTER_NAMES
+from fast_lora_td3.nn.lora import (
+    LoRALinear,
+    adapter_parameters,
+    dense_trainable_parameters,
+    lora_layers,
+    merge_lora_,
+)
 
 
 def make_target(online: nn.Module) -> nn.Module:
@@ -32,9 +23,7 @@ def make_target(online: nn.Module) -> nn.Module:
     A LoRA target is then a dense target (SPEC §2.4): its base is Polyak-averaged in weight space.
     """
     target = copy.deepcopy(online)
-    with torch.no_grad():
-        for mo, mt in _lora_pairs(online, target):
-            mt.merge_into_base_(mo.effective_weight())
+    merge_lora_(target)
     target.requires_grad_(False)
     return target
 
@@ -49,29 +38,27 @@ class PolyakUpdater:
     """
 
     def __init__(self, online: nn.Module, target: nn.Module) -> None:
-        self.lora_pairs = _lora_pairs(online, target)
-        lora_ids = {id(m) for pair in self.lora_pairs for m in pair}
-        online_params, target_params = [], []
-        online_mods = dict(online.named_modules())
+        # The parameter lists are built once: the step itself is two fused kernels per call.
+        self.online_layers, target_layers = lora_layers(online), lora_layers(target)
+        if len(self.online_layers) != len(target_layers):
+            raise ValueError("the target must mirror the online network's LoRA layers")
+        self.target_bases = [layer.base_weight for layer in target_layers]
+        adapters = {id(p) for layer in self.online_layers for p in layer.lora_parameters()}
         target_named = dict(target.named_parameters())
-        for name, p in online.named_parameters():
-            owner = online_mods[name.rsplit(".", 1)[0]] if "." in name else online
-            if id(owner) in lora_ids and _is_adapter(name):
-                continue  # adapters reach the target through the merged weight
-            online_params.append(p)
-            target_params.append(target_named[name])
-        # Buffers that carry state (e.g. Scaler-free running stats) follow the online net exactly.
-        self.online_params = online_params
-        self.target_params = target_params
-        self.target_bases = [mt.base_weight for _, mt in self.lora_pairs]
+        # Adapters reach the target through the merged weight; everything else is mixed directly.
+        pairs = [
+            (p, target_named[n]) for n, p in online.named_parameters() if id(p) not in adapters
+        ]
+        self.online_params = [p for p, _ in pairs]
+        self.target_params = [t for _, t in pairs]
 
     @torch.no_grad()
     def update(self, tau: float) -> None:
         """Apply one Polyak step (no host synchronisation)."""
         if self.target_params:
             torch._foreach_lerp_(self.target_params, [p.detach() for p in self.online_params], tau)
-        if self.lora_pairs:
-            effective = [mo.effective_weight().detach() for mo, _ in self.lora_pairs]
+        if self.online_layers:
+            effective = [layer.effective_weight().detach() for layer in self.online_layers]
             torch._foreach_lerp_(self.target_bases, effective, tau)
 
 
@@ -83,8 +70,7 @@ def param_groups(
 
     Frozen bases are buffers, so they are in no group and never change.
     """
-    adapters = [p for n, p in module.named_parameters() if p.requires_grad and _is_adapter(n)]
-    others = [p for n, p in module.named_parameters() if p.requires_grad and not _is_adapter(n)]
+    adapters, others = adapter_parameters(module), dense_trainable_parameters(module)
     if not adapters:
         return [{"params": others, "weight_decay": weight_decay}]
     groups = [{"params": adapters, "weight_decay": adapter_weight_decay or 0.0}]

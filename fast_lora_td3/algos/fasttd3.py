@@ -103,8 +103,7 @@ class FastTD3Learner(OffPolicyLearner):
     @torch.no_grad()
     def explore(self, obs: Tensor, noise_std: Tensor) -> Tensor:
         """Per-env Gaussian exploration: `clamp(actor(s) + N(0, σ_env), −1, 1)`; σ_env is [N, 1]."""
-        obs_n = self.norm_obs(obs)
-        actions = self.actor(obs_n).float()
+        actions = self.act(obs)
         return (actions + torch.randn_like(actions) * noise_std).clamp(-1.0, 1.0)
 
     @torch.no_grad()

@@ -34,25 +34,21 @@ def unknown_task_error(backend: str, task: str, valid: Iterable[str]) -> ConfigE
     return ConfigError(f"env.task={task!r} is not a registered {backend} task; {hint}")
 
 
-def check_device(device: str) -> torch.device:
-    """Parse ``env.device``; CUDA requested on a machine without CUDA is a ConfigError."""
+def check_device(device: str, key: str = "env.device") -> torch.device:
+    """Parse a device setting (`key` names it in errors); CUDA requested without CUDA is an error."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ConfigError(
-            f"env.device={device!r} is not a device; use cpu, cuda or cuda:<i>"
-        ) from exc
+        raise ConfigError(f"{key}={device!r} is not a device; use cpu, cuda or cuda:<i>") from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(
-                f"env.device={device!r} but CUDA is not available here; use env.device=cpu"
-            )
+            raise ConfigError(f"{key}={device!r} but CUDA is not available here; use {key}=cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ConfigError(
-                f"env.device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+                f"{key}={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
             )
     elif dev.type != "cpu":
-        raise ConfigError(f"env.device={device!r} is not supported; use cpu, cuda or cuda:<i>")
+        raise ConfigError(f"{key}={device!r} is not supported; use cpu, cuda or cuda:<i>")
     return dev
 
 
@@ -65,8 +61,10 @@ def check_backend_installed(backend: str) -> None:
         )
 
 
-def validate_env_config(cfg: EnvConfig) -> None:
-    """Every check that needs no simulator: backend, num_envs, device, action_clip, package."""
+def validate_env_config(cfg: EnvConfig, check_runtime: bool = True) -> None:
+    """Every check that needs no simulator: backend, num_envs, action_clip, episode length, render
+    mode, and with `check_runtime` the device and the backend's package (skipped by dry runs that
+    validate GPU / Isaac Lab command lines on other machines)."""
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"env.backend={cfg.backend!r} is not valid; use one of {list(BACKENDS)}")
     if not isinstance(cfg.num_envs, int) or cfg.num_envs <= 0:
@@ -79,8 +77,9 @@ def validate_env_config(cfg: EnvConfig) -> None:
         raise ConfigError(
             f"env.render_mode={cfg.render_mode!r} is not valid; use null or 'rgb_array'"
         )
-    check_device(cfg.device)
-    check_backend_installed(cfg.backend)
+    if check_runtime:
+        check_device(cfg.device)
+        check_backend_installed(cfg.backend)
 
 
 def make_env(cfg: EnvConfig) -> VecEnv:
