@@ -18,9 +18,10 @@ MJLAB_TASK_IDS = {"FastLoRA-Velocity-Flat-G1": False, "FastLoRA-Velocity-Rough-G
 def register_mjlab_tasks() -> None:
     """Register our G1 tasks in mjlab's registry (idempotent)."""
     import mjlab.tasks  # noqa: F401  (stock tasks first: our configs derive from the G1 ones)
-    from fast_lora_td3.tasks.g1_velocity import fastlora_g1_env_cfg
     from mjlab.tasks.registry import list_tasks, register_mjlab_task
     from mjlab.tasks.velocity.config.g1.rl_cfg import unitree_g1_ppo_runner_cfg
+
+    from fast_lora_td3.tasks.g1_velocity import fastlora_g1_env_cfg
 
     known = set(list_tasks())
     for task_id, rough in MJLAB_TASK_IDS.items():

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from fast_lora_td3.tasks import g1_rewards as r
 from mjlab.envs import ManagerBasedRlEnvCfg
 from mjlab.envs import mdp as envs_mdp
 from mjlab.envs.mdp import dr
@@ -30,6 +29,8 @@ from mjlab.tasks.velocity.config.g1.env_cfgs import (
     unitree_g1_flat_env_cfg,
     unitree_g1_rough_env_cfg,
 )
+
+from fast_lora_td3.tasks import g1_rewards as r
 
 ACTION_SCALE = 0.25
 FOOT_SITES = ("left_foot", "right_foot")

@@ -242,9 +242,8 @@ def test_missing_isaaclab_names_install_command() -> None:
 
 
 def test_modules_import_without_isaaclab() -> None:
-    import fast_lora_td3.tasks.isaaclab_g1 as g1
-
     import fast_lora_td3.envs.isaaclab_env
+    import fast_lora_td3.tasks.isaaclab_g1 as g1
 
     assert fast_lora_td3.envs.isaaclab_env.IsaacLabVecEnv is IsaacLabVecEnv
     assert not [m for m in sys.modules if m.split(".")[0] in ("isaaclab", "isaacsim", "omni")]

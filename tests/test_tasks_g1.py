@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from fast_lora_td3.tasks import g1_rewards as r
 
 STAND_SEP = 0.24  # lateral feet separation of the G1 in its default pose (measured in mjlab)
