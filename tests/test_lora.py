@@ -207,17 +207,75 @@ def test_lora_wn_roots_and_fallback_match_brute_force() -> None:
 
 def test_lora_wn_zero_delta_falls_back_to_forward_normalisation() -> None:
     torch.manual_seed(7)
-    layer = LoRALinear(12, 9, rank=2, init="zero_b", ensemble_size=2, weight_norm="project")
+    layer = LoRALinear(12, 9, rank=2, ensemble_size=2, weight_norm="project")
+    with torch.no_grad():
+        layer.lora_B.zero_()
+    layer.project_()
     assert layer.fallback_rows.all()  # ΔW = 0: no root moves the rows
     norms = _row_norms(layer.effective_weight())
     torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)
     x = torch.randn(4, 12)
     ref = x @ torch.nn.functional.normalize(layer.base_weight, dim=-1).transpose(-1, -2)
     torch.testing.assert_close(layer(x), ref + layer.bias, atol=1e-5, rtol=1e-5)
-    for _ in range(3):  # after steps some rows find a root; every row stays unit either way
+    for _ in range(3):  # after steps the rows find their root; every row stays unit either way
         _random_steps(layer, 12, 1, project=True)
         norms = _row_norms(layer.effective_weight())
         torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)
+    assert not layer.fallback_rows.any()
+
+
+@pytest.mark.parametrize(
+    ("init", "kappa", "match"),
+    [("zero_b", 0.5, r"critic\.lora_init=zero_b"), ("paper", 1.0, r"critic\.kernel_init_scale")],
+)
+def test_lora_wn_rejects_bases_on_the_unit_sphere(init: str, kappa: float, match: str) -> None:
+    """zero_b (ΔW = 0) and κ >= 1 leave LoRA-WN without a well-defined root: one-line ConfigError."""
+    with pytest.raises(ConfigError, match=match) as info:
+        LoRALinear(64, 256, rank=16, init=init, kernel_init_scale=kappa, weight_norm="project")
+    assert "\n" not in str(info.value)
+    LoRALinear(64, 256, rank=16, init=init, kernel_init_scale=kappa, weight_norm="forward")
+
+
+def _one_small_step(layer: LoRALinear, seed: int) -> torch.Tensor:
+    """Add a random 1e-3 step to A and B, project, and return the factor applied to B's columns."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in (layer.lora_A, layer.lora_B):
+            p.add_(1e-3 * torch.randn(p.shape, generator=gen))
+        b_before = layer.lora_B.detach().clone()
+        layer.project_()
+        return (layer.lora_B / b_before).mean(-2)  # every entry of a column got the same factor
+
+
+@pytest.mark.parametrize("kappa", [0.5, 0.9])
+def test_lora_wn_small_step_scenario_is_well_conditioned(kappa: float) -> None:
+    """Issue 10's scenario (64→256 layer, one random 1e-3 step): the scale factors stay near 1 and
+    no row falls back (before the fix, unit base rows gave factors 1e-5…150 and 36 % fallbacks)."""
+    torch.manual_seed(11)
+    layer = LoRALinear(64, 256, rank=16, kernel_init_scale=kappa, weight_norm="project")
+    c = _one_small_step(layer, seed=12)
+    assert not layer.fallback_rows.any()
+    assert (c - 1.0).abs().max() < 0.05
+    _unit = _row_norms(layer.effective_weight())
+    torch.testing.assert_close(_unit, torch.ones_like(_unit), atol=1e-5, rtol=0)
+
+
+def test_lora_wn_unit_base_rows_fall_back_instead_of_noise_roots() -> None:
+    """A base already on the unit sphere (loaded by hand) has the roots 0 and a reflection: the
+    projection must leave B alone and forward-normalise those rows, not pick a rounding-noise root."""
+    torch.manual_seed(13)
+    layer = LoRALinear(64, 256, rank=16, weight_norm="project")
+    with torch.no_grad():
+        layer.base_weight.copy_(torch.nn.functional.normalize(layer.base_weight, dim=-1))
+    c = _one_small_step(layer, seed=14)
+    assert layer.fallback_rows.all()
+    torch.testing.assert_close(c, torch.ones_like(c))
+    w = layer.effective_weight()
+    torch.testing.assert_close(
+        _row_norms(w), torch.ones(256, dtype=torch.float64), atol=1e-5, rtol=0
+    )
+    ref = torch.nn.functional.normalize(_brute_merged(layer), dim=-1)
+    torch.testing.assert_close(w.double(), ref, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("weight_norm", ["none", "project", "forward"])

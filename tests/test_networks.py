@@ -166,6 +166,11 @@ def test_dense_critic_has_no_adapters() -> None:
         ({"family": "mlp", "activation": "gelu"}, "critic.activation"),
         ({"family": "mlp", "num_members": 0}, "critic.num_members"),
         ({"family": "simbav2_lora", "weight_norm": "both"}, "critic.weight_norm"),
+        ({"family": "simbav2_lora", "rank": 4, "lora_init": "zero_b"}, "critic.lora_init"),
+        (
+            {"family": "simbav2_lora", "rank": 4, "kernel_init_scale": 1.0},
+            "critic.kernel_init_scale",
+        ),
     ],
 )
 def test_bad_critic_config_raises(over: dict, setting: str) -> None:

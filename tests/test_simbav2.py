@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn import (
     HyperDense,
     LerpBlock,
@@ -86,8 +87,10 @@ def test_hyperdense_rows_leave_sphere_without_projection() -> None:
     _unit_rows(layer.linear.weight)
 
 
-@pytest.mark.parametrize("weight_norm", ["project", "forward"])
-@pytest.mark.parametrize("init", ["paper", "zero_b"])
+SUPPORTED_LORA_WN = [("paper", "project"), ("paper", "forward"), ("zero_b", "forward")]
+
+
+@pytest.mark.parametrize(("init", "weight_norm"), SUPPORTED_LORA_WN)
 def test_lora_hyperdense_effective_rows_unit(weight_norm: str, init: str) -> None:
     torch.manual_seed(2)
     layer = HyperDense(24, 16, 2, lora={**LORA, "weight_norm": weight_norm, "init": init})
@@ -99,6 +102,38 @@ def test_lora_hyperdense_effective_rows_unit(weight_norm: str, init: str) -> Non
         _train(layer, 24, 2)
         _unit_rows(layer.effective_weight())
     assert torch.equal(layer.linear.base_weight, base0)
+
+
+@pytest.mark.parametrize(("init", "weight_norm"), SUPPORTED_LORA_WN)
+def test_lora_hyperdense_100_steps_bounded_and_unit(init: str, weight_norm: str) -> None:
+    """Issue 10: after 100 AdamW steps (large lr) on a 64→256 layer every effective row is unit
+    within 1e-5, no row is left on the fallback path, and the adapters stay bounded."""
+    torch.manual_seed(21)
+    lora = {**LORA, "rank": 16, "alpha": 16.0, "init": init, "weight_norm": weight_norm}
+    layer = HyperDense(64, 256, 2, lora=lora)
+    inner = layer.linear
+    scale0 = max(inner.lora_A.norm().item(), inner.lora_B.norm().item())
+    opt = torch.optim.AdamW([p for p in layer.parameters() if p.requires_grad], lr=3e-2)
+    for step in range(100):
+        x = l2_normalize(torch.randn(32, 64))
+        loss = (layer(x) - 0.3).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        project_weights_(layer)
+        if step % 10 == 9:
+            _unit_rows(layer.effective_weight())
+    assert not inner.fallback_rows.any()
+    for p in (inner.lora_A, inner.lora_B):
+        assert torch.isfinite(p).all() and p.norm() < 10 * scale0
+    if weight_norm == "project":  # ‖c·Δw‖ ≤ ‖w0 + c·Δw‖ + ‖w0‖ = 1 + √κ on every row
+        bound = 1 + math.sqrt(LORA["kernel_init_scale"]) + 1e-5
+        assert torch.linalg.vector_norm(inner.delta_weight(), dim=-1).max() <= bound
+
+
+def test_lora_hyperdense_zero_b_with_projection_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"critic\.lora_init=zero_b.*critic\.weight_norm=forward"):
+        HyperDense(64, 256, 2, lora={**LORA, "init": "zero_b", "weight_norm": "project"})
 
 
 def _dense_w(layer: HyperDense) -> torch.Tensor:

@@ -26,9 +26,11 @@ class CriticConfig:
     alpha: float | None = None
     """LoRA scale numerator: ΔW is scaled by alpha / rank. None means alpha = rank (scale 1)."""
     lora_init: str = "paper"
-    """`paper` (A, B normal, rows rescaled by kernel_init_scale) or `zero_b` (B = 0: ΔW starts at 0)."""
+    """`paper` (A, B normal, rows rescaled by kernel_init_scale) or `zero_b` (B = 0: ΔW starts at 0;
+    needs weight_norm `forward` or `none`, since LoRA-WN has no well-defined scale for ΔW = 0)."""
     kernel_init_scale: float = 0.5
-    """κ: the paper init rescales each base row and each initial ΔW row to norm √κ."""
+    """κ: the paper init rescales each base row and each initial ΔW row to norm √κ. Must be < 1 with
+    weight_norm=project (base rows strictly inside the unit sphere give LoRA-WN a unique root)."""
     lora_layers: list[str] = field(default_factory=lambda: ["blocks"])
     """Which linears get adapters. simbav2_lora: any of `blocks` (W1, W2 of every block), `embedder`,
     `head`. mlp_lora: `hidden` (every linear but the output layer) or `all`."""

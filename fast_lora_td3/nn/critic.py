@@ -21,6 +21,7 @@ from fast_lora_td3.nn.lora import (
     WEIGHT_NORMS,
     LoRALinear,
     adapter_parameters,
+    check_lora_wn,
     dense_trainable_parameters,
 )
 from fast_lora_td3.nn.simbav2 import SimbaV2Encoder, SimbaV2Head
@@ -80,6 +81,8 @@ def validate_critic_config(cfg: CriticConfig) -> None:
         _check_positive("critic.rank", cfg.rank)
         if cfg.kernel_init_scale <= 0:
             raise ConfigError(f"critic.kernel_init_scale={cfg.kernel_init_scale} must be > 0")
+        if cfg.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
+            check_lora_wn(cfg.lora_init, cfg.kernel_init_scale, cfg.weight_norm)
         layers = list(cfg.lora_layers)
         bad = [name for name in layers if name not in valid_sets]
         if bad or not layers:

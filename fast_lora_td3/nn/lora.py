@@ -19,6 +19,7 @@ __all__ = [
     "WEIGHT_NORMS",
     "LoRALinear",
     "adapter_parameters",
+    "check_lora_wn",
     "dense_trainable_parameters",
     "lora_layers",
     "merge_lora_",
@@ -29,6 +30,31 @@ LORA_INITS = ("paper", "zero_b")
 WEIGHT_NORMS = ("none", "project", "forward")
 # Below this squared norm a ΔW row counts as zero: no root can move the row, the forward normalises it.
 _MIN_DELTA_SQ = 1e-12
+# A base row with |‖w0‖² − 1| below this lies on the unit sphere (up to float32 rounding of the sum):
+# its roots are 0 and a reflection of the row, neither a projection, so the forward normalises it.
+_ON_SPHERE_TOL = 1e-5
+
+
+def check_lora_wn(init: str, kernel_init_scale: float, weight_norm: str) -> None:
+    """ConfigError when LoRA-WN (weight_norm="project") cannot be well defined for the init.
+
+    The projection moves row j along the line `w0_j + c·Δw_j`; it has a unique, continuous positive
+    root only while the base row lies strictly inside the unit sphere and ΔW is not zero. zero_b
+    starts at ΔW = 0 (a first step would snap every row by a factor ~1/‖Δw‖), and κ >= 1 puts the
+    base on or outside the sphere (roots 0 and a reflection, or none).
+    """
+    if weight_norm != "project":
+        return
+    if init == "zero_b":
+        raise ConfigError(
+            "critic.lora_init=zero_b cannot be used with critic.weight_norm=project (ΔW = 0 leaves "
+            "LoRA-WN no well-defined scale); use critic.weight_norm=forward or critic.lora_init=paper"
+        )
+    if kernel_init_scale >= 1:
+        raise ConfigError(
+            f"critic.kernel_init_scale={kernel_init_scale} must be < 1 with critic.weight_norm=project "
+            "(LoRA-WN needs base rows strictly inside the unit sphere); use e.g. 0.5"
+        )
 
 
 def _rescale_rows_(w: Tensor, norm: float) -> None:
@@ -45,7 +71,8 @@ class LoRALinear(nn.Module):
 
     init="paper": W0 orthogonal, A and B normal with std 1/√min(shape); each base row and each row of
     the initial ΔW is rescaled to norm √κ (ΔW via B's columns). init="zero_b": W0 has nn.Linear's
-    default init (κ unused), A normal, B = 0, so ΔW starts at 0.
+    default init (κ unused), A normal, B = 0, so ΔW starts at 0 (with weight_norm "forward" or
+    "none" only: `check_lora_wn` rejects zero_b and κ >= 1 under "project").
 
     weight_norm="project": `project_()` applies LoRA-WN (every effective row to unit norm by scaling
     B's columns; rows with no positive root are flagged and normalised in the forward), and is
@@ -80,6 +107,7 @@ class LoRALinear(nn.Module):
             )
         if kernel_init_scale <= 0:
             raise ConfigError(f"critic.kernel_init_scale={kernel_init_scale} must be > 0")
+        check_lora_wn(init, kernel_init_scale, weight_norm)
         self.in_features = in_features
         self.out_features = out_features
         self.rank = rank
@@ -159,8 +187,12 @@ class LoRALinear(nn.Module):
         """LoRA-WN: per output row j, scale column j of B by the root `c_j > 0` of
         `c²‖Δw_j‖² + 2c⟨w0_j, Δw_j⟩ + ‖w0_j‖² − 1 = 0`, so that `‖w0_j + c_j Δw_j‖ = 1`.
 
-        With two positive roots the one closest to 1 (the smallest change) is taken. Rows with no
-        positive root, or with ‖Δw_j‖ ≈ 0, keep B and are flagged in `fallback_rows` for the forward.
+        For the supported bases (‖w0_j‖ < 1, see `check_lora_wn`) the constant term is negative, so
+        there is exactly one positive root, a continuous function of (w0, ΔW); it is computed
+        without cancellation (q = −(b + sign(b)·√disc), roots q/a and c0/q). A base row on the unit
+        sphere (|‖w0‖² − 1| ≤ 1e-5) has only the roots 0 and a reflection of the row, and a row with
+        ‖Δw_j‖ ≈ 0 has none: such rows keep B and are flagged in `fallback_rows` for the forward.
+        Bases outside the sphere (loaded by hand) take the positive root closest to 1, if any.
         Vectorised and free of host syncs. A no-op unless weight_norm="project" and not merged.
         """
         if self.weight_norm != "project" or self.merged:
@@ -178,7 +210,7 @@ class LoRALinear(nn.Module):
         a_ok = a > _MIN_DELTA_SQ
         r1 = torch.where(a_ok, q / torch.where(a_ok, a, 1.0), -1.0)
         r2 = torch.where(q_ok, c0 / torch.where(q_ok, q, 1.0), -1.0)
-        valid = a_ok & (disc >= 0)
+        valid = a_ok & (disc >= 0) & (c0.abs() > _ON_SPHERE_TOL)
         pos1 = valid & (r1 > 0)
         pos2 = valid & (r2 > 0)
         r1_closer = (r1 - 1.0).abs() <= (r2 - 1.0).abs()
