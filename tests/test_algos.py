@@ -204,3 +204,78 @@ def test_effective_rank_of_known_spectra() -> None:
     assert ranks and all(
         1.0 <= r.item() <= 4.0 + 1e-4 for r in ranks
     )  # ΔW = (α/r)(AB)ᵀ has rank ≤ r = 4
+
+
+CRITIC_VARIANTS = {
+    "mlp": {},
+    "mlp_silu_ln": {"activation": "silu_layernorm"},
+    "mlp_lora": {},
+    "simbav2": {},
+    "simbav2_lora": {},
+}
+ACTOR_VARIANTS = {
+    "mlp": {},
+    "mlp_silu_ln": {"activation": "silu_layernorm"},
+    "simbav2": {"family": "simbav2", "width": 16},
+}
+
+
+def _kept_from_decay(module: torch.nn.Module) -> set[str]:
+    """Names that must not decay: every Scaler / LayerNorm parameter and every bias."""
+    from fast_lora_td3.nn import EnsembleLayerNorm, Scaler
+
+    names = set()
+    for mod_name, mod in module.named_modules():
+        for p_name, _ in mod.named_parameters(recurse=False):
+            if isinstance(mod, (Scaler, EnsembleLayerNorm)) or p_name == "bias":
+                names.add(f"{mod_name}.{p_name}" if mod_name else p_name)
+    return names
+
+
+@pytest.mark.parametrize("algo_name", ["fasttd3", "fastsac"])
+@pytest.mark.parametrize("actor_name", list(ACTOR_VARIANTS))
+@pytest.mark.parametrize("critic_name", list(CRITIC_VARIANTS))
+def test_param_groups_never_decay_scalers_norms_biases(
+    critic_name: str, actor_name: str, algo_name: str
+) -> None:
+    """Issue 10: with the default weight decay, Scalers (and norms, biases) must not decay in any
+    family; linear weights of dense networks do; LoRA adapters keep their own decay."""
+    family = critic_name.split("_silu")[0]
+    critic_cfg = small_critic(family)
+    for k, v in CRITIC_VARIANTS[critic_name].items():
+        setattr(critic_cfg, k, v)
+    actor_cfg = ActorConfig(hidden_dims=[32, 32], **ACTOR_VARIANTS[actor_name])
+    algo = AlgoConfig(name=algo_name, num_atoms=51, v_min=-5.0, v_max=5.0, weight_decay=0.1)
+    learner = make_learner(algo, critic_cfg, actor_cfg, OBS, OBS, ACT, "cpu")
+    for net, opt in (
+        (learner.critic, learner.critic_optimizer),
+        (learner.actor, learner.actor_optimizer),
+    ):
+        names = {id(p): n for n, p in net.named_parameters()}
+        listing = {
+            g["name"]: ({names[id(p)] for p in g["params"]}, g["weight_decay"])
+            for g in opt.param_groups
+        }
+        grouped = [n for members, _ in listing.values() for n in members]
+        assert sorted(grouped) == sorted(names.values())  # a partition of the trainable params
+        kept = _kept_from_decay(net)
+        assert kept, "every family has a Scaler, a norm or a bias"
+        decayed = {n for members, wd in listing.values() if wd > 0 for n in members}
+        assert decayed.isdisjoint(kept), decayed & kept
+        if "adapters" in listing:
+            assert listing["adapters"][1] == pytest.approx(algo.adapter_weight_decay)
+            assert all(n.endswith(("lora_A", "lora_B")) for n in listing["adapters"][0])
+            assert listing["dense"][1] == 0.0
+        else:
+            assert listing["decay"][1] == pytest.approx(0.1)
+            assert listing["decay"][0] == set(names.values()) - kept
+        # Behaviour: a step with zero gradients changes only what decays.
+        before = {n: p.detach().clone() for n, p in net.named_parameters()}
+        for group in opt.param_groups:
+            group["lr"] = 0.1
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
+        opt.step()
+        for n, p in net.named_parameters():
+            moves = n in decayed and bool(before[n].count_nonzero())  # zero-initialised heads stay
+            assert torch.equal(p, before[n]) != moves, n

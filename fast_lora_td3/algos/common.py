@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from fast_lora_td3.nn.layers import EnsembleLayerNorm
 from fast_lora_td3.nn.lora import (
     LoRALinear,
     adapter_parameters,
@@ -15,6 +16,7 @@ from fast_lora_td3.nn.lora import (
     lora_layers,
     merge_lora_,
 )
+from fast_lora_td3.nn.simbav2 import Scaler
 
 
 def make_target(online: nn.Module) -> nn.Module:
@@ -62,21 +64,52 @@ class PolyakUpdater:
             torch._foreach_lerp_(self.target_bases, effective, tau)
 
 
+# Parameters of these modules are scales and shifts (SimbaV2 Scalers, LayerNorm affine): decaying
+# them toward zero changes what the network computes, so they are never decayed (nor any bias).
+_NO_DECAY_MODULES = (Scaler, EnsembleLayerNorm, nn.LayerNorm)
+
+
+def split_weight_decay(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Trainable non-adapter parameters of a module split into (decayed, not decayed).
+
+    Not decayed: every Scaler and LayerNorm parameter and every bias. Decayed: the weights of
+    linears (dense HyperDense weights too: their row projection undoes the decay, as in the
+    official SimbaV2, which uses no decay at all). LoRA adapters are in neither list.
+    """
+    adapters = {id(p) for p in adapter_parameters(module)}
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for sub in module.modules():
+        for name, p in sub.named_parameters(recurse=False):
+            if not p.requires_grad or id(p) in adapters:
+                continue
+            keep = isinstance(sub, _NO_DECAY_MODULES) or name == "bias"
+            (no_decay if keep else decay).append(p)
+    return decay, no_decay
+
+
 def param_groups(
     module: nn.Module, weight_decay: float, adapter_weight_decay: float | None = None
 ) -> list[dict]:
-    """AdamW groups: adapters get `adapter_weight_decay`; with adapters present, the other trainable
-    parameters of that module get 0 (SPEC §2.4); without, they get `weight_decay`.
+    """Named AdamW groups (empty groups dropped).
 
-    Frozen bases are buffers, so they are in no group and never change.
+    Without adapters: `decay` (linear weights, `weight_decay`) and `no_decay` (Scalers, norms,
+    biases: 0). With adapters: `adapters` (`adapter_weight_decay`) and `dense` (every other
+    trainable parameter: 0, SPEC §2.4). Frozen bases are buffers, so they are in no group.
     """
-    adapters, others = adapter_parameters(module), dense_trainable_parameters(module)
-    if not adapters:
-        return [{"params": others, "weight_decay": weight_decay}]
-    groups = [{"params": adapters, "weight_decay": adapter_weight_decay or 0.0}]
-    if others:
-        groups.append({"params": others, "weight_decay": 0.0})
-    return groups
+    adapters = adapter_parameters(module)
+    if adapters:
+        groups = [
+            {"name": "adapters", "params": adapters, "weight_decay": adapter_weight_decay or 0.0},
+            {"name": "dense", "params": dense_trainable_parameters(module), "weight_decay": 0.0},
+        ]
+    else:
+        decay, no_decay = split_weight_decay(module)
+        groups = [
+            {"name": "decay", "params": decay, "weight_decay": weight_decay},
+            {"name": "no_decay", "params": no_decay, "weight_decay": 0.0},
+        ]
+    return [g for g in groups if g["params"]]
 
 
 def make_adamw(
