@@ -279,3 +279,21 @@ def test_param_groups_never_decay_scalers_norms_biases(
         for n, p in net.named_parameters():
             moves = n in decayed and bool(before[n].count_nonzero())  # zero-initialised heads stay
             assert torch.equal(p, before[n]) != moves, n
+
+
+def test_sac_alpha_loss_differentiates_through_exp_and_uses_adamw_betas() -> None:
+    """Issue 10 / SPEC §2.2: α loss `−α·mean(log π + H̄)` with `α = exp(log α)`, so
+    ∂loss/∂log α = −α·mean(log π + H̄) = α·(entropy − H̄); α's optimiser is AdamW with algo.betas."""
+    torch.manual_seed(5)
+    learner = make("fastsac", "mlp", alpha_init=0.1, target_entropy=-1.5, betas=[0.9, 0.95])
+    opt = learner.alpha_optimizer
+    assert isinstance(opt, torch.optim.AdamW)
+    assert tuple(opt.param_groups[0]["betas"]) == (0.9, 0.95)
+    assert opt.param_groups[0]["weight_decay"] == 0.0
+    assert opt.param_groups[0]["params"] == [learner.log_alpha]
+    loss, metrics = learner.critic_loss(bandit_batch(64, bootstrap=1.0))
+    loss.backward()
+    alpha, entropy = 0.1, metrics["entropy"]
+    expected_grad = alpha * (entropy - (-1.5))
+    torch.testing.assert_close(learner.log_alpha.grad, expected_grad, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(metrics["alpha_loss"], expected_grad, rtol=1e-5, atol=1e-7)

@@ -70,7 +70,10 @@ class AlgoConfig:
     alpha_init: float = 0.001
     """SAC: initial entropy temperature α (log α starts at ln alpha_init)."""
     alpha_lr: float = 3e-4
-    """SAC: learning rate of log α."""
+    """SAC: learning rate of log α (AdamW with `betas`, like the networks)."""
+    alpha_weight_decay: float = 0.0
+    """SAC: AdamW weight decay of log α. 0 by default: decay would pull log α toward 0 (α toward 1);
+    the FastSAC reference leaves torch's AdamW default, 0.01."""
     autotune_alpha: bool = True
     """SAC: learn α to reach target_entropy."""
     target_entropy: float = 0.0

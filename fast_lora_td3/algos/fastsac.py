@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from fast_lora_td3.algos.base import OffPolicyLearner, cross_entropy
+from fast_lora_td3.algos.common import make_adamw
 from fast_lora_td3.nn.actor import build_actor
 from fast_lora_td3.nn.config import ActorConfig
 from fast_lora_td3.nn.distributional import project_distribution
@@ -26,7 +27,15 @@ class FastSACLearner(OffPolicyLearner):
         self.log_alpha = torch.tensor(
             math.log(self.algo.alpha_init), device=self.device, requires_grad=True
         )
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=self.algo.alpha_lr)
+        # The recipe's optimiser for α: AdamW with the algorithm's betas (SPEC §2.2).
+        alpha_group = {
+            "name": "log_alpha",
+            "params": [self.log_alpha],
+            "weight_decay": self.algo.alpha_weight_decay,
+        }
+        self.alpha_optimizer = make_adamw(
+            [alpha_group], self.algo.alpha_lr, self.algo.betas, self.device
+        )
         # Data parallel: log α's gradient rides in the critic's bucket so α stays equal on all ranks.
         self.critic_sync_params = [*self.critic_params, self.log_alpha]
 
@@ -56,15 +65,16 @@ class FastSACLearner(OffPolicyLearner):
         return projected, next_log_prob
 
     def critic_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
-        """Cross-entropy per member against its own target, plus the α loss (added to the graph
-        but touching only log α)."""
+        """Cross-entropy per member against its own target, plus the α loss
+        `−α·mean(log π(a'|s') + H̄)` with `α = exp(log α)` differentiated through the exp (added to
+        the graph but touching only log α)."""
         target, next_log_prob = self.target_distribution(batch)
         cobs = self.norm_critic_obs(batch.critic_obs)
         with self.autocast():
             logits = self.critic(cobs, batch.actions)
         loss = cross_entropy(logits, target)
         q = self.q_values(logits.detach())
-        alpha_loss = -(self.log_alpha * (next_log_prob + self.algo.target_entropy)).mean()
+        alpha_loss = -(self.log_alpha.exp() * (next_log_prob + self.algo.target_entropy)).mean()
         metrics = {
             "critic_loss": loss.detach(),
             "q_mean": q.mean(),
