@@ -297,3 +297,24 @@ def test_sac_alpha_loss_differentiates_through_exp_and_uses_adamw_betas() -> Non
     expected_grad = alpha * (entropy - (-1.5))
     torch.testing.assert_close(learner.log_alpha.grad, expected_grad, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(metrics["alpha_loss"], expected_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("algo_name", ["fasttd3", "fastsac"])
+def test_simbav2_rows_stay_unit_through_learner_updates(algo_name: str) -> None:
+    """Every HyperDense of a SimbaV2 critic and actor (heads' output layers included) is back on
+    the unit sphere after each learner update."""
+    from fast_lora_td3.nn import HyperDense
+
+    torch.manual_seed(6)
+    actor_cfg = ActorConfig(family="simbav2", width=16)
+    algo = AlgoConfig(name=algo_name, num_atoms=51, v_min=-5.0, v_max=5.0, critic_lr=1e-2)
+    algo.actor_lr = 1e-2
+    learner = make_learner(algo, small_critic("simbav2"), actor_cfg, OBS, OBS, ACT, "cpu")
+    for _ in range(3):
+        learner.update(bandit_batch(32, bootstrap=1.0), do_actor=True)
+        for net in (learner.critic, learner.actor):
+            layers = [m for m in net.modules() if isinstance(m, HyperDense)]
+            assert layers
+            for m in layers:
+                norms = torch.linalg.vector_norm(m.effective_weight().detach().double(), dim=-1)
+                torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)

@@ -16,6 +16,7 @@ from fast_lora_td3.nn import (
     DeterministicActor,
     HyperDense,
     LoRALinear,
+    SimbaV2Head,
     TanhGaussianActor,
     TwinCritic,
     adapter_parameters,
@@ -201,7 +202,11 @@ def test_deterministic_actor(family: str, activation: str) -> None:
     actor = build_actor(cfg, OBS, 32, kind="td3")
     assert isinstance(actor, DeterministicActor)
     assert torch.count_nonzero(actor.out.bias) == 0
-    assert actor.out.weight.std().item() == pytest.approx(0.01, abs=1.5e-3)
+    if family == "mlp":
+        assert actor.out.weight.std().item() == pytest.approx(0.01, abs=1.5e-3)
+    else:  # SimbaV2 head: unit-norm output rows (SPEC §2.3)
+        norms = torch.linalg.vector_norm(actor.out.out.effective_weight().double(), dim=-1)
+        torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-6, rtol=0)
     obs = torch.randn(9, OBS) * 100
     a = actor(obs)
     assert a.shape == (9, 32) and a.abs().max() <= 1
@@ -216,7 +221,8 @@ def test_deterministic_actor(family: str, activation: str) -> None:
 def _randomise_heads(actor: TanhGaussianActor, scale: float) -> None:
     with torch.no_grad():
         for head in (actor.mean, actor.log_std):
-            head.weight.normal_(0.0, scale)
+            weight = head.out.linear.weight if isinstance(head, SimbaV2Head) else head.weight
+            weight.normal_(0.0, scale)
             head.bias.normal_(0.0, scale)
 
 
@@ -296,3 +302,45 @@ def test_tanh_gaussian_sample_traces_without_graph_breaks() -> None:
 def test_bad_actor_config_raises(cfg: ActorConfig, kind: str, setting: str) -> None:
     with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
         build_actor(cfg, OBS, ACT, kind=kind)
+
+
+@pytest.mark.parametrize(
+    "name", ["simbav2", "simbav2_lora", "simbav2_lora_all", "simbav2_lora_fwd"]
+)
+def test_simbav2_critic_head_is_unit_row_hyperdense_with_zero_bias(name: str) -> None:
+    """Issue 10 / SPEC §2.3: the C51 output layer is a dense unit-row HyperDense (also under LoRA)
+    plus a zero-initialised per-member bias; the logit scale comes from the head's Scaler."""
+    critic = _critic(name, seed=9)
+    head = critic.net[-1]
+    assert isinstance(head, SimbaV2Head)
+    assert isinstance(head.out, HyperDense) and not head.out.is_lora
+    assert head.bias.shape == (2, 1, ATOMS) and torch.count_nonzero(head.bias) == 0
+    opt = torch.optim.AdamW(critic.parameters(), lr=1e-2)
+    for _ in range(3):
+        loss = critic(torch.randn(16, OBS), torch.randn(16, ACT)).logsumexp(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        project_weights_(critic)
+        norms = torch.linalg.vector_norm(head.out.effective_weight().detach().double(), dim=-1)
+        torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["td3", "sac"])
+def test_simbav2_actor_heads_follow_official_policy(kind: str) -> None:
+    """SimbaV2 actors: encoder → SimbaV2Head(s); SAC has separate mean and log-std paths (no shared
+    parameters), like the official HyperNormalTanhPolicy."""
+    torch.manual_seed(10)
+    actor = build_actor(ActorConfig(family="simbav2", width=16), OBS, ACT, kind=kind)
+    heads = [actor.out] if kind == "td3" else [actor.mean, actor.log_std]
+    assert all(isinstance(h, SimbaV2Head) and torch.count_nonzero(h.bias) == 0 for h in heads)
+    if kind == "sac":
+        mean_ids = {id(p) for p in actor.mean.parameters()}
+        assert mean_ids.isdisjoint(id(p) for p in actor.log_std.parameters())
+        _, log_std = actor(torch.randn(5, OBS))
+        x = actor.trunk(torch.randn(5, OBS))
+        assert not torch.allclose(actor.mean(x), actor.log_std(x))
+        assert log_std.min() >= -5.0 and log_std.max() <= 0.0
+    for h in heads:
+        norms = torch.linalg.vector_norm(h.out.effective_weight().double(), dim=-1)
+        torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-6, rtol=0)

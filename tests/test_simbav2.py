@@ -169,14 +169,33 @@ def test_lerp_block_matches_formula() -> None:
     assert block.s.init == pytest.approx(s) and block.s.scale == pytest.approx(s)
 
 
-def test_head_matches_formula() -> None:
+@pytest.mark.parametrize("ensemble_size", [None, 2])
+def test_head_matches_official_structure(ensemble_size: int | None) -> None:
+    """Issue 10: HyperDense(h→h) → Scaler(h, 1, 1) → unit-row HyperDense(h→out) + zero-init bias,
+    the output rows projected at init and after every step (official SimbaV2 value/policy heads)."""
     torch.manual_seed(5)
-    head = SimbaV2Head(8, 11, ensemble_size=2)
+    head = SimbaV2Head(8, 11, ensemble_size=ensemble_size)
+    assert isinstance(head.out, HyperDense) and not head.out.is_lora
+    assert head.out.linear.bias is None
+    lead = () if ensemble_size is None else (2, 1)
+    assert head.bias.shape == (*lead, 11) and torch.count_nonzero(head.bias) == 0
+    assert head.scaler.init == 1.0 and head.scaler.scale == 1.0
+    _unit_rows(head.out.effective_weight())
+    _train(head, 8, 3)
+    _unit_rows(head.out.effective_weight())
+    _unit_rows(head.dense.effective_weight())
+    assert torch.count_nonzero(head.bias) > 0  # the bias trains
     x = l2_normalize(torch.randn(2, 4, 8))
-    feat = torch.einsum("ebi,eoi->ebo", x, _dense_w(head.dense))  # Scaler(h, 1, 1) is identity
-    ref = torch.einsum("ebi,eoi->ebo", feat, head.out.weight) + head.out.bias
-    torch.testing.assert_close(head(x), ref, atol=1e-5, rtol=1e-5)
-    assert head.out.bias is not None and head.scaler.init == 1.0 and head.scaler.scale == 1.0
+    eq = "ebi,oi->ebo" if ensemble_size is None else "ebi,eoi->ebo"
+    feat = torch.einsum(eq, x, _dense_w(head.dense)) * head.scaler.effective()
+    ref = torch.einsum(eq, feat, _dense_w(head.out)) + head.bias
+    y = head(x)
+    torch.testing.assert_close(y, ref.expand_as(y), atol=1e-5, rtol=1e-5)
+
+
+def test_lora_head_adapts_the_hidden_layer_only() -> None:
+    head = SimbaV2Head(16, 11, ensemble_size=2, lora=LORA)
+    assert head.dense.is_lora and not head.out.is_lora
 
 
 @pytest.mark.parametrize("lora", [None, LORA])

@@ -1,7 +1,9 @@
 """Actors: deterministic tanh (FastTD3, SPEC §2.1) and tanh-Gaussian (FastSAC, SPEC §2.2).
 
-Both use an MLP trunk (512-256-128, ReLU or Linear → LayerNorm → SiLU) or a SimbaV2 trunk
-(encoder → HyperDense(h → h) → Scaler(h, 1, 1), SPEC §2.3). Actors have no ensemble axis.
+Both use an MLP trunk (512-256-128, ReLU or Linear → LayerNorm → SiLU) with linear heads, or a
+SimbaV2 encoder with SimbaV2 heads (HyperDense(h → h) → Scaler(h, 1, 1) → unit-row HyperDense +
+zero bias, SPEC §2.3; SAC has separate mean and log-std heads, as the official
+HyperNormalTanhPolicy). Actors have no ensemble axis.
 Actions are in [-1, 1]; scaling to joint limits is the environment's business.
 """
 
@@ -17,7 +19,7 @@ from torch import Tensor, nn
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig
 from fast_lora_td3.nn.layers import EnsembleLayerNorm, EnsembleLinear
-from fast_lora_td3.nn.simbav2 import HyperDense, Scaler, SimbaV2Encoder
+from fast_lora_td3.nn.simbav2 import SimbaV2Encoder, SimbaV2Head
 
 __all__ = [
     "ACTOR_FAMILIES",
@@ -60,16 +62,10 @@ def validate_actor_config(cfg: ActorConfig) -> None:
 
 
 def build_trunk(obs_dim: int, cfg: ActorConfig) -> tuple[nn.Module, int]:
-    """The actor's feature extractor and its output width."""
+    """The actor's feature extractor and its output width (the heads come on top)."""
     validate_actor_config(cfg)
     if cfg.family == "simbav2":
-        h = cfg.width
-        trunk = nn.Sequential(
-            SimbaV2Encoder(obs_dim, h, cfg.num_blocks, cfg.c_shift),
-            HyperDense(h, h),
-            Scaler(h, init=1.0, scale=1.0),
-        )
-        return trunk, h
+        return SimbaV2Encoder(obs_dim, cfg.width, cfg.num_blocks, cfg.c_shift), cfg.width
     layers: list[nn.Module] = []
     dims = [obs_dim, *cfg.hidden_dims]
     for i, o in itertools.pairwise(dims):
@@ -81,8 +77,12 @@ def build_trunk(obs_dim: int, cfg: ActorConfig) -> tuple[nn.Module, int]:
     return nn.Sequential(*layers), dims[-1]
 
 
-def _init_head_(layer: EnsembleLinear, std: float) -> None:
-    """Weight N(0, std) (std 0 → zeros) and zero bias."""
+def build_head(feat: int, action_dim: int, cfg: ActorConfig, std: float) -> nn.Module:
+    """SimbaV2 family: a `SimbaV2Head` (unit rows, zero bias). MLP: a linear layer with weight
+    N(0, std) (std 0 → zeros) and zero bias."""
+    if cfg.family == "simbav2":
+        return SimbaV2Head(feat, action_dim)
+    layer = EnsembleLinear(feat, action_dim)
     with torch.no_grad():
         if std > 0:
             layer.weight.normal_(0.0, std)
@@ -90,18 +90,19 @@ def _init_head_(layer: EnsembleLinear, std: float) -> None:
             layer.weight.zero_()
         if layer.bias is not None:
             layer.bias.zero_()
+    return layer
 
 
 class DeterministicActor(nn.Module):
-    """TD3 actor: `tanh(linear(trunk(obs)))`; last layer N(0, last_layer_std), zero bias."""
+    """TD3 actor: `tanh(head(trunk(obs)))`; MLP head N(0, last_layer_std) with zero bias, SimbaV2
+    head unit rows with zero bias."""
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: ActorConfig) -> None:
         super().__init__()
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.trunk, feat = build_trunk(obs_dim, cfg)
-        self.out = EnsembleLinear(feat, action_dim)
-        _init_head_(self.out, cfg.last_layer_std)
+        self.out = build_head(feat, action_dim, cfg, cfg.last_layer_std)
 
     def forward(self, obs: Tensor) -> Tensor:
         """`[B, obs_dim]` → actions `[B, action_dim]` in [-1, 1]."""
@@ -113,18 +114,17 @@ class DeterministicActor(nn.Module):
 
 
 class TanhGaussianActor(nn.Module):
-    """SAC actor: `a = tanh(μ + σ ε)`, `log σ = −5 + 2.5·(tanh(h) + 1) ∈ [−5, 0]`; both heads
-    zero-initialised (SPEC §2.2)."""
+    """SAC actor: `a = tanh(μ + σ ε)`, `log σ = −5 + 2.5·(tanh(h) + 1) ∈ [−5, 0]`; separate mean
+    and log-std heads, zero-initialised for the MLP (SPEC §2.2), SimbaV2 heads (unit rows, zero
+    bias) for the SimbaV2 family."""
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: ActorConfig) -> None:
         super().__init__()
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.trunk, feat = build_trunk(obs_dim, cfg)
-        self.mean = EnsembleLinear(feat, action_dim)
-        self.log_std = EnsembleLinear(feat, action_dim)
-        _init_head_(self.mean, 0.0)
-        _init_head_(self.log_std, 0.0)
+        self.mean = build_head(feat, action_dim, cfg, 0.0)
+        self.log_std = build_head(feat, action_dim, cfg, 0.0)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """`[B, obs_dim]` → `(mean, log_std)`, each `[B, action_dim]` (pre-tanh Gaussian)."""

@@ -58,4 +58,5 @@ class ActorConfig:
     c_shift: float = 3.0
     """SimbaV2 embedder shift."""
     last_layer_std: float = 0.01
-    """TD3: std of the normal init of the last layer (SAC heads are zero-initialised)."""
+    """TD3, MLP family: std of the normal init of the last layer (MLP SAC heads are zero-initialised;
+    SimbaV2 heads have unit-norm rows and a zero bias)."""

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fast_lora_td3.nn.layers import EnsembleLinear, _bias_shape, l2_normalize
+from fast_lora_td3.nn.layers import EnsembleLinear, _bias_shape, ensemble_linear, l2_normalize
 from fast_lora_td3.nn.lora import LoRALinear
 
 __all__ = ["HyperDense", "LerpBlock", "Scaler", "SimbaV2Embedder", "SimbaV2Encoder", "SimbaV2Head"]
@@ -205,7 +205,14 @@ class SimbaV2Encoder(nn.Module):
 
 
 class SimbaV2Head(nn.Module):
-    """HyperDense(h → h) → Scaler(h, init 1, scale 1) → linear(h → out, with bias) (SPEC §2.3)."""
+    """HyperDense(h → h) → Scaler(h, init 1, scale 1) → HyperDense(h → out) + zero-initialised bias.
+
+    The structure of the official SimbaV2 value and policy heads (SPEC §2.3): the output rows are
+    unit norm (projected at init and after every step like every HyperDense), so the logit scale
+    is set by the head's Scaler, not by the output weights. `lora` (LoRALinear keyword arguments,
+    `critic.lora_layers` `head`) adapts the hidden HyperDense only; the output layer stays dense.
+    Shapes follow the ensemble convention: `bias` is `[E, 1, out]` (or `[out]` for actors).
+    """
 
     def __init__(
         self,
@@ -217,12 +224,13 @@ class SimbaV2Head(nn.Module):
         super().__init__()
         self.dense = HyperDense(width, width, ensemble_size, lora)
         self.scaler = Scaler(width, init=1.0, scale=1.0, ensemble_size=ensemble_size)
-        self.out = EnsembleLinear(width, out_features, bias=True, ensemble_size=ensemble_size)
+        self.out = HyperDense(width, out_features, ensemble_size)
+        self.bias = nn.Parameter(torch.zeros(_bias_shape(out_features, ensemble_size)))
 
     def features(self, x: Tensor) -> Tensor:
-        """The head's hidden features `Scaler(HyperDense(x))`, before the output linear."""
+        """The head's hidden features `Scaler(HyperDense(x))`, before the output layer."""
         return self.scaler(self.dense(x))
 
     def forward(self, x: Tensor) -> Tensor:
-        """`[.., h]` → `[.., out]`."""
-        return self.out(self.features(x))
+        """`[.., h]` → `[.., out]`: unit-row output layer plus bias, one fused (batched) GEMM."""
+        return ensemble_linear(self.features(x), self.out.effective_weight(), self.bias)
