@@ -344,3 +344,29 @@ def test_simbav2_actor_heads_follow_official_policy(kind: str) -> None:
     for h in heads:
         norms = torch.linalg.vector_norm(h.out.effective_weight().double(), dim=-1)
         torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-6, rtol=0)
+
+
+def test_fastsac_critic_preset_and_experiments() -> None:
+    """Issue 10 / SPEC §2.2: `critic=mlp_silu_ln` is the FastSAC critic (Linear → LayerNorm → SiLU,
+    768-384-192); the dense FastSAC preset uses it with the FastSAC actor, the LoRA preset swaps in
+    the SimbaV2-LoRA critic and keeps the rest of the recipe."""
+    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.nn import EnsembleLayerNorm, EnsembleLinear
+
+    cfg = compose_config(["critic=mlp_silu_ln"])
+    critic = build_critic(cfg.critic, OBS, ACT, ATOMS)
+    kinds = [type(m).__name__ for m in critic.net]
+    assert kinds == ["EnsembleLinear", "EnsembleLayerNorm", "SiLU"] * 3 + ["EnsembleLinear"]
+    widths = [m.out_features for m in critic.net if isinstance(m, EnsembleLinear)]
+    assert widths == [768, 384, 192, ATOMS]
+    assert all(m.ensemble_size == 2 for m in critic.net if isinstance(m, EnsembleLayerNorm))
+
+    dense = compose_config(["experiment=g1_flat_fastsac"])
+    assert dense.algo.name == "fastsac" and dense.critic.family == "mlp"
+    assert list(dense.critic.hidden_dims) == [768, 384, 192]
+    assert dense.critic.activation == dense.actor.activation == "silu_layernorm"
+    assert list(dense.actor.hidden_dims) == [512, 256, 128]
+    lora = compose_config(["experiment=g1_flat_fastsac_lora"])
+    assert lora.critic.family == "simbav2_lora" and lora.actor == dense.actor
+    for key in ("gamma", "tau", "batch_size", "num_atoms", "v_max", "betas", "weight_decay"):
+        assert getattr(lora.algo, key) == getattr(dense.algo, key), key
