@@ -73,7 +73,7 @@ def test_td3_target_is_shared_min_member() -> None:
     torch.testing.assert_close(target.sum(-1), torch.ones(2, 32))
 
 
-@pytest.mark.parametrize("family", ["mlp", "simbav2_lora"])
+@pytest.mark.parametrize("family", ["mlp", "simbav2", "simbav2_lora"])
 @pytest.mark.parametrize("algo", ["fasttd3", "fastsac"])
 def test_learning_sanity_td_error_drops(algo: str, family: str) -> None:
     """A few hundred critic updates on a task with known Q* cut the TD error substantially."""

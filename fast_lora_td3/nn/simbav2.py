@@ -64,7 +64,8 @@ class HyperDense(nn.Module):
     at init and in `project_()`. LoRA-backed (`lora` = LoRALinear keyword arguments, e.g. `rank`,
     `alpha`, `init`, `kernel_init_scale`, `weight_norm`): a `LoRALinear(bias=False)` whose own
     `project_()` runs LoRA-WN when weight_norm="project" (project_weights_ reaches it); with
-    init="zero_b" the base rows are set to unit norm so the layer starts as the dense init.
+    init="zero_b" (weight_norm "forward" or "none"; LoRA-WN rejects it) the base rows are set to
+    unit norm so the layer starts as the dense init.
     """
 
     def __init__(
