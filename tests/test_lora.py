@@ -255,7 +255,7 @@ def test_lora_wn_small_step_scenario_is_well_conditioned(kappa: float) -> None:
     layer = LoRALinear(64, 256, rank=16, kernel_init_scale=kappa, weight_norm="project")
     c = _one_small_step(layer, seed=12)
     assert not layer.fallback_rows.any()
-    assert (c - 1.0).abs().max() < 0.05
+    assert (c - 1.0).abs().max() < 0.1  # one 1e-3 step moves each row by a few percent at most
     _unit = _row_norms(layer.effective_weight())
     torch.testing.assert_close(_unit, torch.ones_like(_unit), atol=1e-5, rtol=0)
 
