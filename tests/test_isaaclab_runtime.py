@@ -137,3 +137,11 @@ def test_eval_slice_must_leave_training_envs(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"eval.num_envs=4 must be in \[1, env.num_envs=4\)"):
         Trainer(compose_config([*NO_EXPORT, "eval.num_envs=4"]), tmp_path, env_factory=factory)
+
+
+def test_fastlora_config_build_refuses_isaaclab_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fast_lora_td3.tasks.isaaclab_g1 as g1
+
+    monkeypatch.setattr(il, "isaaclab_version", lambda: (3, 0))
+    with pytest.raises(ConfigError, match="Warp arrays"):
+        g1.G1RoughOffPolicyEnvCfg  # noqa: B018  (the lazy build runs the check first)
