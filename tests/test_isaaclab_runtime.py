@@ -145,3 +145,21 @@ def test_fastlora_config_build_refuses_isaaclab_3(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(il, "isaaclab_version", lambda: (3, 0))
     with pytest.raises(ConfigError, match="Warp arrays"):
         g1.G1RoughOffPolicyEnvCfg  # noqa: B018  (the lazy build runs the check first)
+
+
+def test_ppo_baseline_builds_one_env_on_isaaclab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fast_lora_td3.ppo as ppo
+
+    made: list[_StandInEnv] = []
+
+    def factory(cfg: EnvConfig) -> il.IsaacLabVecEnv:
+        made.append(_StandInEnv(None))
+        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (made[-1], _App()))
+
+    monkeypatch.setattr(ppo, "make_env", factory)
+    overrides = ["algo=ppo", "env.backend=dummy", "device=cpu", "ppo.num_steps_per_env=4"]
+    overrides += ["total_steps=32", "eval.num_envs=2", "progress=false", f"run_dir={tmp_path}"]
+    cfg = compose_config(overrides)
+    assert ppo.run_ppo(cfg) == 0 and len(made) == 1
