@@ -8,7 +8,7 @@ isaaclab_assets, isaaclab_rl under ``isaaclab/source/``; 3.0.0: 12 MB, packages 
 They are fetched once with ``pip download --no-deps`` into ``~/.cache/fast_lora_td3/isaaclab``
 (``FAST_LORA_TD3_CACHE`` overrides the root) and read with ``ast`` only: nothing is imported.
 
-What is checked: every name in ``fast_lora_td3.envs.isaaclab_env.ISAACLAB_NAMES`` (the adapter's
+What is checked: every name in ``fast_lora_td3.envs.isaaclab_names.ISAACLAB_NAMES`` (the adapter's
 modules, classes, methods, attributes, config fields, ``extras`` keys, AppLauncher arguments, task
 ids, the call order inside ``ManagerBasedRLEnv.step``) and ``fast_lora_td3.tasks.isaaclab_g1.
 ISAACLAB_NAMES`` (the G1 config: manager term functions and their parameter names, config fields,
@@ -357,16 +357,29 @@ def g1_term_checks(path: Path) -> list[tuple[str, ...]]:
     return checks
 
 
+def import_checks(path: Path) -> list[tuple[str, ...]]:
+    """Every ``isaaclab*`` import statement of one of our files, as ``exists`` checks."""
+    checks: list[tuple[str, ...]] = []
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("isaaclab"):
+            checks += [("exists", f"{n.module}:{a.name}") for a in n.names]
+        elif isinstance(n, ast.Import):
+            checks += [("exists", a.name) for a in n.names if a.name.startswith("isaaclab")]
+    return checks
+
+
 def run(version: str, unpacked: Path | None = None) -> list[str]:
     """All failed checks for ``version`` (empty: conformant)."""
     sys.path.insert(0, str(REPO))
-    from fast_lora_td3.envs.isaaclab_env import ISAACLAB_NAMES as ENV_NAMES
+    from fast_lora_td3.envs.isaaclab_names import ISAACLAB_NAMES as ENV_NAMES
     from fast_lora_td3.tasks.isaaclab_g1 import ISAACLAB_NAMES as G1_NAMES
 
     tree = SourceTree.from_wheel(unpacked or fetch_source(version))
     checks = list(ENV_NAMES.get(version, []))
-    if version in G1_NAMES:
-        checks += G1_NAMES[version] + g1_term_checks(REPO / "tasks" / "isaaclab_g1.py")
+    checks += import_checks(REPO / "fast_lora_td3" / "envs" / "isaaclab_env.py")
+    if version in G1_NAMES:  # the FastLoRA task targets 2.3 only (refused on 3.0)
+        g1 = REPO / "tasks" / "isaaclab_g1.py"
+        checks += G1_NAMES[version] + g1_term_checks(g1) + import_checks(g1)
     failures = [f"[{version}] {m}" for m in _dockerfile_problems(version)]
     for kind, target, *args in checks:
         msg = check(tree, kind, target, *args)
@@ -396,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     for version in ns.version or sorted(WHEELS):
         found = run(version)
-        print(f"isaaclab {WHEELS[version][0]}: {'ok' if not found else f'{len(found)} missing'}")
+        print(f"{WHEELS[version][0]}: {'ok' if not found else f'{len(found)} missing'}")
         failures += found
     for f in failures:
         print(f"  {f}")
