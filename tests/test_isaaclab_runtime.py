@@ -3,6 +3,9 @@ closing the Kit app last with the right exit code, and evaluation on a slice of 
 
 from __future__ import annotations
 
+import os
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -163,3 +166,26 @@ def test_ppo_baseline_builds_one_env_on_isaaclab(
     overrides += ["total_steps=32", "eval.num_envs=2", "progress=false", f"run_dir={tmp_path}"]
     cfg = compose_config(overrides)
     assert ppo.run_ppo(cfg) == 0 and len(made) == 1
+
+
+def test_launch_app_once_per_process_with_the_rank_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict] = []
+
+    class FakeLauncher:
+        def __init__(self, **kwargs: object) -> None:
+            calls.append(kwargs)
+            self.app = _App()
+
+    monkeypatch.setitem(
+        sys.modules, "isaaclab.app", types.SimpleNamespace(AppLauncher=FakeLauncher)
+    )
+    monkeypatch.setattr(il, "_APP", None)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    for name in ("WORLD_SIZE", "LOCAL_RANK"):  # set first so that undo removes them again
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    cfg = EnvConfig(backend="isaaclab", device="cuda:1")
+    app = il.launch_app(cfg)
+    assert il.launch_app(cfg) is app and len(calls) == 1  # never a second Kit app
+    assert calls[0]["distributed"] is True and os.environ["LOCAL_RANK"] == "1"

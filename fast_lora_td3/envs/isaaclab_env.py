@@ -103,7 +103,10 @@ def launch_app(cfg: EnvConfig) -> Any:
 
         from fast_lora_td3.distributed import world_size_from_environment
 
-        _APP = AppLauncher(**app_launcher_kwargs(cfg, world_size_from_environment())).app
+        world_size = world_size_from_environment()
+        if world_size > 1 and "SLURM_LOCALID" in os.environ:  # srun: AppLauncher reads LOCAL_RANK
+            os.environ.setdefault("LOCAL_RANK", os.environ["SLURM_LOCALID"])
+        _APP = AppLauncher(**app_launcher_kwargs(cfg, world_size)).app
     return _APP
 
 
