@@ -247,6 +247,13 @@ class IsaacLabVecEnv:
         self._stats_from = 0  # envs [0, _stats_from) are evaluation rows, not training statistics
         self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         obs, critic_obs = self.reset(seed=self.cfg.seed)
+        if not self.has_critic_obs:  # e.g. the stock Isaac-Velocity-*-G1 tasks
+            log.warning(
+                "Isaac Lab task %s has no '%s' observation group: the critic sees the policy "
+                "observations (FastLoRA-Isaac-* tasks add privileged critic inputs)",
+                self.cfg.task,
+                CRITIC_GROUP,
+            )
         self.obs_dim = int(obs.shape[-1])
         self.critic_obs_dim = int(critic_obs.shape[-1])
 
