@@ -111,13 +111,11 @@ class _StandInEnv:
         self.extras["log"] = {"Episode_Termination/time_out": torch.tensor(1.0)}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        self.extras["log"] = {}
         self._reset_idx(torch.arange(N))
-        return self._om.compute(), self.extras
+        return self._om.compute(update_history=True), self.extras
 
     def step(self, action: torch.Tensor) -> tuple:
-        self.last_actions = action.clone()
-        self.extras["log"] = {}
+        self.last_actions = action.clone()  # extras["log"] lingers until the next reset (as 2.3)
         self.pos += action.mean(-1)
         self.episode_length_buf += 1
         self.reset_terminated[:] = self.pos.abs() > 2.0
@@ -190,11 +188,13 @@ def test_final_obs_is_pre_reset_observation(native_final: bool | None) -> None:
             assert "Episode_Termination/time_out" in r.info["log"]
         if step == 5:  # envs 0-2 time out together; env 3 is mid-episode
             assert r.truncated.tolist() == [True, True, True, False]
+        if not done.any():  # 2.3 leaves the last reset's extras["log"] in place: not this step's
+            assert r.info["log"] == {}
         reward_copy = r.reward.clone()
         s.reward_buf.fill_(123.0)  # Isaac Lab overwrites its buffers in place next step
         assert torch.equal(r.reward, reward_copy)
     assert s.reset_calls[0] == [0, 1, 2, 3]  # the initial full reset is not an episode end
-    assert s._om.history_updates == 6  # the final-obs computation never appends history
+    assert s._om.history_updates == 7  # reset + 6 steps: the final-obs computation never appends
     env.close()
     assert s.closed and app.closed == 0  # the Kit app outlives the env (finish_simulation_app)
     env.close()

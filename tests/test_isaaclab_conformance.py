@@ -100,6 +100,14 @@ def test_2_3_has_no_native_final_obs_and_steps_as_the_hook_assumes(
         and isinstance(n.slice, ast.Constant)
     }
     assert keys == {"log"}
+    # The log dict is replaced in _reset_idx only: step() leaves the last reset's dict in place.
+    assert not [
+        n for n in ast.walk(step) if "self.extras[" in ast.unparse(n) and isinstance(n, ast.Assign)
+    ]
+    _, reset_idx = tree23.resolve_dotted(f"{ENV}._reset_idx")
+    assert "self.extras['log'] = dict()" in [
+        ast.unparse(n) for n in ast.walk(reset_idx) if isinstance(n, ast.Assign)
+    ]
 
 
 def test_class_modifiers_are_stateful_in_2_3(tree23: conformance.SourceTree) -> None:

@@ -227,6 +227,7 @@ class IsaacLabVecEnv:
         self._hooked = False
         self._in_step = False
         self._captured: dict[str, Any] | None = None
+        self._last_log: Any = None
         self.final_obs_blockers: list[str] = []
         if not self._native_final:
             om = getattr(u, "observation_manager", None)
@@ -290,7 +291,8 @@ class IsaacLabVecEnv:
         """Reset every env (seeding Isaac Lab's RNGs when given); returns ``(obs, critic_obs)``."""
         if seed is not None and hasattr(self.unwrapped, "seed"):
             self.unwrapped.seed(seed)
-        obs_dict, _ = self.env.reset()
+        obs_dict, extras = self.env.reset()
+        self._last_log = extras.get("log")  # the reset's log is not a step's
         if self.cfg.randomize_episode_start and self.max_episode_length > 1:
             # Decorrelated horizons: envs start part-way into their first episode.
             buf = self.unwrapped.episode_length_buf
@@ -337,11 +339,19 @@ class IsaacLabVecEnv:
             final_obs=final_obs,
             final_critic_obs=final_critic_obs,
             info={
-                "log": dict(extras.get("log", {})),
+                "log": self._fresh_log(extras),
                 "episode": episode,
                 "final_obs_exact": self._exact,
             },
         )
+
+    def _fresh_log(self, extras: dict[str, Any]) -> dict[str, Any]:
+        """``extras["log"]`` if this step reset envs, else {}: ``_reset_idx`` replaces the dict,
+        and 2.3's ``step()`` leaves the previous reset's dict in place otherwise."""
+        log_dict = extras.get("log")
+        fresh = log_dict is not None and log_dict is not self._last_log
+        self._last_log = log_dict
+        return dict(log_dict) if fresh else {}
 
     def render(self) -> Any:
         """An RGB frame when built with ``video=True`` (cameras enabled), else None."""
