@@ -305,3 +305,39 @@ def test_modules_import_without_isaaclab() -> None:
     assert not [m for m in sys.modules if m.split(".")[0] in ("isaaclab", "isaacsim", "omni")]
     with pytest.raises(AttributeError):
         g1.NotAConfig  # noqa: B018  (unknown names still raise; the configs build lazily)
+
+
+class _ResetsElsewhere(_StandInEnv):
+    """An Isaac Lab whose step() no longer resets through _reset_idx (the hook never fires)."""
+
+    def step(self, action: torch.Tensor) -> tuple:
+        reset_idx, self._reset_idx = self._reset_idx, self._reset_envs
+        try:
+            return super().step(action)
+        finally:
+            self._reset_idx = reset_idx
+
+    def _reset_envs(self, env_ids: torch.Tensor) -> None:
+        _StandInEnv._reset_idx(self, env_ids)
+
+
+@pytest.mark.parametrize("native_final", [None, True], ids=["2.3-hook", "3.0-no-key"])
+def test_missing_final_obs_at_run_time_falls_back_loudly(
+    native_final: bool | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    stand_in = _ResetsElsewhere(native_final)
+    if native_final:
+        stand_in.cfg.compute_final_obs = False  # the env never writes extras["final_obs"] ...
+    app = _App()
+    cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=1)
+    env = IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app))
+    if native_final:
+        env._native_final = env._exact = True  # ... although the adapter expects it
+    with caplog.at_level(logging.ERROR):
+        results = [env.step(torch.zeros(N, 2)) for _ in range(6)]
+    timed_out = results[4]  # step 5: every env reaches the time limit
+    assert timed_out.terminated.all() and not timed_out.truncated.any()
+    assert not timed_out.info["final_obs_exact"] and not results[5].info["final_obs_exact"]
+    assert results[3].info["final_obs_exact"]  # nothing ended before: nothing to doubt
+    assert sum("without a final observation" in m for m in caplog.messages) == 1
+    env.close()

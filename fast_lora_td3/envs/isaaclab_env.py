@@ -26,7 +26,10 @@ RL-library wrappers, not by the env; the time-outs are step()'s 4th return value
    draws extra random numbers for all envs: the final observation carries its own noise sample,
    and the torch RNG stream after it differs from an unhooked run (still seeded, reproducible).
 3. No exact path: time-outs are treated as terminations (no bootstrap, never from a reset
-   observation); an error is logged once at start and ``info["final_obs_exact"]`` is False.
+   observation); an error is logged once and ``info["final_obs_exact"]`` is False. This also
+   happens at run time if, during the first episode (one host read per step, then none), a step
+   resets envs without producing a final observation (an Isaac Lab whose ``step()`` no longer
+   resets through ``_reset_idx``, or no fresh ``extras["final_obs"]``).
 """
 
 from __future__ import annotations
@@ -228,6 +231,7 @@ class IsaacLabVecEnv:
         self._in_step = False
         self._captured: dict[str, Any] | None = None
         self._last_log: Any = None
+        self._last_final: Any = None
         self.final_obs_blockers: list[str] = []
         if not self._native_final:
             om = getattr(u, "observation_manager", None)
@@ -245,6 +249,9 @@ class IsaacLabVecEnv:
                     "; ".join(self.final_obs_blockers),
                 )
         self._exact = self._native_final or self._hooked
+        # Until the first episode has surely ended, check (one host read per step) that every
+        # step that reset envs produced a final observation: fall back loudly if not.
+        self._verify_steps = int(u.max_episode_length) + 1
         self._stats_from = 0  # envs [0, _stats_from) are evaluation rows, not training statistics
         self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         obs, critic_obs = self.reset(seed=self.cfg.seed)
@@ -321,6 +328,13 @@ class IsaacLabVecEnv:
             terminated, truncated = terminated | truncated, torch.zeros_like(truncated)
         done = terminated | truncated
         source = extras.get("final_obs") if self._native_final else self._captured
+        if self._native_final:  # the key lingers: only a dict set by this step counts
+            source, self._last_final = (source if source is not self._last_final else None), source
+        if self._verify_steps > 0 and self._exact:
+            self._verify_steps -= 1
+            if source is None and bool(done.any()):  # host read, first episode only
+                self._final_obs_path_failed()
+                terminated, truncated = done, torch.zeros_like(truncated)
         final_obs, final_critic_obs = obs, critic_obs
         if source is not None:
             f_obs, f_critic = self._split(source)
@@ -343,6 +357,18 @@ class IsaacLabVecEnv:
                 "episode": episode,
                 "final_obs_exact": self._exact,
             },
+        )
+
+    def _final_obs_path_failed(self) -> None:
+        """An env ended but the final-observation path gave nothing: this Isaac Lab does not step
+        as the hook (or compute_final_obs) assumes. From now on time-outs are terminations."""
+        self._exact = self._hooked = False
+        self.final_obs_blockers = ["no final observation on a step that reset envs"]
+        log.error(
+            "Isaac Lab task %s: an env was reset inside step() without a final observation (%s); "
+            "time-outs are treated as terminations from now on (no bootstrap)",
+            self.cfg.task,
+            "compute_final_obs" if self._native_final else "_reset_idx hook did not run",
         )
 
     def _fresh_log(self, extras: dict[str, Any]) -> dict[str, Any]:
