@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 EXIT_USER_ERROR = 2
 EXIT_NON_FINITE = 1
@@ -142,7 +144,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit code."""
+    """Entry point of the console script; returns the process exit code.
+
+    After Isaac Lab started its Kit app, every error is printed first and the app is closed as the
+    very last act, ending the process with the exit code (``finish_simulation_app``)."""
+    try:
+        code = _main(argv)
+    except BaseException:
+        if _isaac_app() is None:
+            raise
+        traceback.print_exc()
+        code = 1
+    isaac = _isaac_app()
+    return code if isaac is None else isaac.finish_simulation_app(code)
+
+
+def _isaac_app() -> ModuleType | None:
+    """The Isaac Lab adapter module if it started a Kit app in this process (never imports it)."""
+    module = sys.modules.get("fast_lora_td3.envs.isaaclab_env")
+    return module if module is not None and module._APP is not None else None
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from fast_lora_td3.errors import ConfigError, NonFiniteError
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from fast_lora_td3.algos.base import OffPolicyLearner
 from fast_lora_td3.envs.base import StepResult, VecEnv
+from fast_lora_td3.evaluation import SliceEvaluation
 from fast_lora_td3.replay import ReplayBuffer
 
 
@@ -27,6 +28,8 @@ class Collector:
         self.std_min, self.std_max = algo.std_min, algo.std_max
         self.obs, self.critic_obs = env.reset(seed=seed)
         self.noise_std = self._draw_std(env.num_envs)
+        self.eval_slice: SliceEvaluation | None = None
+        """Set by the trainer on one-env-per-process simulators: rows acting deterministically."""
 
     def _draw_std(self, n: int) -> Tensor:
         u = torch.rand(n, 1, device=self.env.device)
@@ -38,7 +41,11 @@ class Collector:
         obs, critic_obs = self.obs, self.critic_obs
         self.learner.update_normalizers(obs, critic_obs)
         actions = self.learner.explore(obs, self.noise_std).clamp(-1.0, 1.0)
+        if self.eval_slice is not None:
+            actions = self.eval_slice.actions(self.learner.act, obs, actions)
         result = self.env.step(actions)
+        if self.eval_slice is not None:
+            self.eval_slice.record(result.reward, result.terminated | result.truncated)
         self.replay.add(
             obs,
             actions,

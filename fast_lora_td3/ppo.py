@@ -135,6 +135,10 @@ def run_ppo(cfg: TrainConfig) -> int:
     )
     eval_env = None
     eval_every = max(1, cfg.eval.interval // steps_per_it) if cfg.eval.interval > 0 else 0
+    # One simulator per process (Isaac Lab): no separate eval env; stochastic training returns only.
+    single_instance = bool(getattr(env, "single_instance", False))
+    if single_instance:
+        print("ppo: no evaluation on this simulator (one env per process)", flush=True)
     done_its = 0
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     try:
@@ -153,7 +157,7 @@ def run_ppo(cfg: TrainConfig) -> int:
                 row["critic_loss"] = float(last_losses["value"])
                 row["surrogate_loss"] = float(last_losses["surrogate"])
             is_last = done_its >= iterations
-            if (eval_every and done_its % eval_every < n) or is_last:
+            if ((eval_every and done_its % eval_every < n) or is_last) and not single_instance:
                 if eval_env is None:
                     eval_cfg = dataclasses.replace(
                         cfg.env, num_envs=cfg.eval.num_envs, seed=(cfg.env.seed or 0) + 10_000

@@ -25,7 +25,7 @@ from fast_lora_td3.distributed import DistributedContext
 from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import VecEnv
 from fast_lora_td3.errors import CheckpointError, ConfigError, NonFiniteError
-from fast_lora_td3.evaluation import evaluate
+from fast_lora_td3.evaluation import SliceEvaluation, evaluate
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
 from fast_lora_td3.update_step import UpdateStep
@@ -116,6 +116,8 @@ class Trainer:
             self.learner.critic_obs_normalizer.distributed = True
         self.update_step = UpdateStep(self.learner, cfg)
         self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
+        if getattr(self.env, "single_instance", False):  # Isaac Lab: no second env in-process
+            self.collector.eval_slice = SliceEvaluation(self.env, cfg.eval.num_envs)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
         self.iteration = 0
         self._verify_pending = cfg.verify_compile and (cfg.compile or cfg.cuda_graph)
@@ -230,7 +232,10 @@ class Trainer:
 
     def run_evaluation(self) -> dict[str, float]:
         """Deterministic episodes on the separate eval envs. The training RNG streams are forked, so
-        the evaluation schedule never changes the training trajectory."""
+        the evaluation schedule never changes the training trajectory. On one-env-per-process
+        simulators: the episodes of the deterministic slice of the training envs."""
+        if self.collector.eval_slice is not None:
+            return self.collector.eval_slice.pop()
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             if self.eval_env is None:

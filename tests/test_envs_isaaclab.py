@@ -1,8 +1,12 @@
 """Isaac Lab adapter against a stand-in env with Isaac Lab's ``ManagerBasedRLEnv`` return types.
 
-The stand-in follows Isaac Lab's step order: actions → episode_length_buf += 1 → terminations /
-time-outs → reward (written into a reused buffer) → (≥ 3.0: ``extras["final_obs"]`` when
-``cfg.compute_final_obs``) → ``_reset_idx(done ids)`` (fills ``extras["log"]``) → observations.
+The stand-in follows 2.3.2's ``ManagerBasedRLEnv.step`` (checked against the wheel's source by
+tests/test_isaaclab_conformance.py): actions → episode_length_buf += 1 → terminations / time-outs
+→ reward (written into a reused buffer) → (≥ 3.0: ``extras["final_obs"]`` when
+``cfg.compute_final_obs``) → ``_reset_idx(done ids)`` (sets ``extras["log"]``) → command update →
+``observation_manager.compute(update_history=True)``; it returns
+``(obs_buf, reward_buf, reset_terminated, reset_time_outs, extras)`` and ``extras`` never holds
+``"time_outs"`` (only the RL-library wrappers add it).
 """
 
 from __future__ import annotations
@@ -23,14 +27,31 @@ from fast_lora_td3.errors import ConfigError
 N = 4
 
 
+def _term(env: object) -> None:  # a plain-function observation term
+    return None
+
+
+class _Filter:  # a class modifier (like isaaclab.utils.modifiers.DigitalFilter): keeps state
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class _ObservationManager:
     def __init__(self, env: _StandInEnv) -> None:
         self.env = env
         self.active_terms = {"policy": ["pos", "clock", "pos_sq"]}
         self.group_obs_term_dim = {"policy": [(1,), (1,), (1,)]}
+        self._group_obs_term_cfgs = {
+            "policy": [
+                SimpleNamespace(func=_term, history_length=0, modifiers=None, noise=None)
+                for _ in range(3)
+            ]
+        }
+        self.history_updates = 0
 
     def compute(self, update_history: bool = False) -> dict:
         e = self.env
+        self.history_updates += int(update_history)
         policy = torch.stack([e.pos, e.episode_length_buf / 100.0, e.pos**2], dim=-1)
         groups = {"policy": policy}
         if e.with_critic:  # a non-concatenated group: a dict of term tensors
@@ -90,13 +111,11 @@ class _StandInEnv:
         self.extras["log"] = {"Episode_Termination/time_out": torch.tensor(1.0)}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        self.extras["log"] = {}
         self._reset_idx(torch.arange(N))
-        return self._om.compute(), self.extras
+        return self._om.compute(update_history=True), self.extras
 
     def step(self, action: torch.Tensor) -> tuple:
-        self.last_actions = action.clone()
-        self.extras["log"] = {}
+        self.last_actions = action.clone()  # extras["log"] lingers until the next reset (as 2.3)
         self.pos += action.mean(-1)
         self.episode_length_buf += 1
         self.reset_terminated[:] = self.pos.abs() > 2.0
@@ -107,8 +126,9 @@ class _StandInEnv:
             if getattr(self.cfg, "compute_final_obs", False):
                 self.extras["final_obs"] = self._om.compute()
             self._reset_idx(done_ids)
+        self.obs_buf = self._om.compute(update_history=True)
         return (
-            self._om.compute(),
+            self.obs_buf,
             self.reward_buf,
             self.reset_terminated,
             self.reset_time_outs,
@@ -168,14 +188,17 @@ def test_final_obs_is_pre_reset_observation(native_final: bool | None) -> None:
             assert "Episode_Termination/time_out" in r.info["log"]
         if step == 5:  # envs 0-2 time out together; env 3 is mid-episode
             assert r.truncated.tolist() == [True, True, True, False]
+        if not done.any():  # 2.3 leaves the last reset's extras["log"] in place: not this step's
+            assert r.info["log"] == {}
         reward_copy = r.reward.clone()
         s.reward_buf.fill_(123.0)  # Isaac Lab overwrites its buffers in place next step
         assert torch.equal(r.reward, reward_copy)
     assert s.reset_calls[0] == [0, 1, 2, 3]  # the initial full reset is not an episode end
+    assert s._om.history_updates == 7  # reset + 6 steps: the final-obs computation never appends
     env.close()
-    assert s.closed and app.closed == 1
+    assert s.closed and app.closed == 0  # the Kit app outlives the env (finish_simulation_app)
     env.close()
-    assert app.closed == 1
+    assert app.closed == 0
 
 
 def test_lingering_final_obs_key_is_masked() -> None:
@@ -189,13 +212,46 @@ def test_lingering_final_obs_key_is_masked() -> None:
     env.close()
 
 
-def test_no_final_obs_path_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    env, _, _ = _make(False, critic=False, managers=False)
-    with caplog.at_level(logging.WARNING):
-        for _ in range(6):
+def test_no_final_obs_path_treats_time_outs_as_terminations(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        env, _, _ = _make(False, critic=False, managers=False)
+        for _ in range(5):
             r = env.step(torch.zeros(N, 2))
     assert not r.info["final_obs_exact"] and not env.has_critic_obs
-    assert sum("no final observation" in m for m in caplog.messages) == 1
+    assert r.terminated.all() and not r.truncated.any()  # never bootstrap from a reset obs
+    assert sum("no exact final observation" in m for m in caplog.messages) == 1
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "blocker",
+    [
+        ("history_length", 3, "history_length=3"),
+        ("modifiers", [SimpleNamespace(func=_Filter())], "stateful modifier _Filter"),
+        ("func", _Filter(), "class-based term _Filter"),
+    ],
+    ids=["history", "stateful-modifier", "class-term"],
+)
+def test_pre_reset_hook_refused_loudly(blocker: tuple, caplog: pytest.LogCaptureFixture) -> None:
+    attr, value, message = blocker
+    stand_in, app = _StandInEnv(None), _App()
+    setattr(stand_in._om._group_obs_term_cfgs["policy"][1], attr, value)
+    cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=1)
+    with caplog.at_level(logging.ERROR):
+        env = IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app))
+    assert "_reset_idx" not in vars(stand_in)  # the hook was not installed
+    assert env.final_obs_blockers == [
+        f"policy/clock: {message}" + (" (stale history)" if attr == "history_length" else "")
+    ]
+    assert any(
+        "policy/clock" in m and "time-outs are treated as terminations" in m
+        for m in caplog.messages
+    )
+    for _ in range(5):
+        r = env.step(torch.zeros(N, 2))
+    assert r.terminated.all() and not r.truncated.any() and not r.info["final_obs_exact"]
     env.close()
 
 
@@ -216,13 +272,13 @@ def test_randomized_episode_start() -> None:
     env.close()
 
 
-def test_setup_error_closes_app() -> None:
+def test_setup_error_closes_env_not_app() -> None:
     stand_in, app = _StandInEnv(True), _App()
     stand_in._om.compute = lambda update_history=False: {"obs": torch.zeros(N, 3)}
     cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N)
     with pytest.raises(ConfigError, match="'policy' observation group"):
         IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app))
-    assert app.closed == 1 and stand_in.closed
+    assert app.closed == 0 and stand_in.closed
 
 
 def test_deployment_info_reads_managers() -> None:
@@ -249,3 +305,39 @@ def test_modules_import_without_isaaclab() -> None:
     assert not [m for m in sys.modules if m.split(".")[0] in ("isaaclab", "isaacsim", "omni")]
     with pytest.raises(AttributeError):
         g1.NotAConfig  # noqa: B018  (unknown names still raise; the configs build lazily)
+
+
+class _ResetsElsewhere(_StandInEnv):
+    """An Isaac Lab whose step() no longer resets through _reset_idx (the hook never fires)."""
+
+    def step(self, action: torch.Tensor) -> tuple:
+        reset_idx, self._reset_idx = self._reset_idx, self._reset_envs
+        try:
+            return super().step(action)
+        finally:
+            self._reset_idx = reset_idx
+
+    def _reset_envs(self, env_ids: torch.Tensor) -> None:
+        _StandInEnv._reset_idx(self, env_ids)
+
+
+@pytest.mark.parametrize("native_final", [None, True], ids=["2.3-hook", "3.0-no-key"])
+def test_missing_final_obs_at_run_time_falls_back_loudly(
+    native_final: bool | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    stand_in = _ResetsElsewhere(native_final)
+    if native_final:
+        stand_in.cfg.compute_final_obs = False  # the env never writes extras["final_obs"] ...
+    app = _App()
+    cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=1)
+    env = IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app))
+    if native_final:
+        env._native_final = env._exact = True  # ... although the adapter expects it
+    with caplog.at_level(logging.ERROR):
+        results = [env.step(torch.zeros(N, 2)) for _ in range(6)]
+    timed_out = results[4]  # step 5: every env reaches the time limit
+    assert timed_out.terminated.all() and not timed_out.truncated.any()
+    assert not timed_out.info["final_obs_exact"] and not results[5].info["final_obs_exact"]
+    assert results[3].info["final_obs_exact"]  # nothing ended before: nothing to doubt
+    assert sum("without a final observation" in m for m in caplog.messages) == 1
+    env.close()
