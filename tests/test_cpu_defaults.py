@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import SMALL
 from torch import nn
 
 from fast_lora_td3 import trainer as trainer_module
@@ -18,7 +19,6 @@ from fast_lora_td3.cli import compose_config, translate_overrides
 from fast_lora_td3.cpu_defaults import apply_cpu_defaults, explicit_keys
 from fast_lora_td3.trainer import Trainer
 from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
-from tests.cli_helpers import SMALL
 
 
 def _sized(overrides: list[str]) -> tuple[object, str | None]:
