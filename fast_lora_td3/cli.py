@@ -86,9 +86,10 @@ def _print_error(exc: BaseException) -> None:
 
 
 def _cmd_train(overrides: list[str]) -> int:
+    from fast_lora_td3.cpu_defaults import explicit_keys
     from fast_lora_td3.train import run_training
 
-    return run_training(compose_config(overrides))
+    return run_training(compose_config(overrides), explicit_keys=explicit_keys(overrides))
 
 
 def _cmd_play(overrides: list[str]) -> int:
@@ -104,6 +105,10 @@ def _cmd_export(overrides: list[str]) -> int:
 
 
 def _cmd_bench(overrides: list[str]) -> int:
+    if overrides and overrides[0] == "learn":
+        from fast_lora_td3.bench_learn import run_bench_learn
+
+        return run_bench_learn(overrides[1:])
     from fast_lora_td3.bench import run_bench
 
     return run_bench(overrides)
@@ -125,7 +130,10 @@ COMMANDS = {
     "train": (_cmd_train, "train FastTD3 / FastSAC (or the rsl_rl PPO baseline with algo=ppo)"),
     "play": (_cmd_play, "run deterministic episodes of a checkpoint (checkpoint=PATH), video=true"),
     "export": (_cmd_export, "export a checkpoint's policy (ONNX, TorchScript, policy.json)"),
-    "bench": (_cmd_bench, "benchmarks: `bench update key=value…`, `bench replay key=value…`"),
+    "bench": (
+        _cmd_bench,
+        "benchmarks: `bench update|replay key=value…`; `bench learn SUITE` (learning suite)",
+    ),
     "plot": (_cmd_plot, "plot return / critic-loss curves of run directories: plot RUN… --out F"),
 }
 

@@ -73,6 +73,9 @@ class TrainConfig:
     """Global seed (torch, numpy, python, simulator); rank r uses seed + r."""
     device: str = "auto"
     """Training device: `cpu`, `cuda`, `cuda:N`, or `auto` (cuda when available)."""
+    cpu_defaults: bool = True
+    """When `device` resolves to `cpu`, size the batch, network widths, updates per step (and mjlab's
+    env count) for a CPU unless the command line or the preset sets them (fast_lora_td3/cpu_defaults.py)."""
     log_dir: str = "logs/fast_lora_td3"
     """Root under which run directories `<task>/<date>_<time>[_<run_name>]/` are made."""
     run_name: str = ""
@@ -95,6 +98,9 @@ class TrainConfig:
     """`tensorboard` (always written) or `wandb` (TensorBoard plus W&B; offline mode works)."""
     log_interval: int = 1000
     """Write a metrics row every this many iterations (env steps per env)."""
+    log_interval_s: float = 10.0
+    """Also write a metrics row when this many seconds passed since the last one (0: off), and
+    write one as soon as the first training episode ends, so slow runs show progress early."""
     checkpoint_interval: int = 5000
     """Checkpoint every this many iterations (0: only at the end and on preemption)."""
     keep_checkpoints: int = 3

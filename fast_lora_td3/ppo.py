@@ -141,13 +141,19 @@ def run_ppo(cfg: TrainConfig) -> int:
         print("ppo: no evaluation on this simulator (one env per process)", flush=True)
     done_its = 0
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    window_start, window_its = time.perf_counter(), 0
     try:
         while done_its < iterations:
-            n = min(chunk, iterations - done_its)
-            t0 = time.perf_counter()
-            runner.learn(num_learning_iterations=n, init_at_random_ep_len=done_its == 0)
-            elapsed = time.perf_counter() - t0
-            done_its += n
+            # One PPO iteration per learn() call, so rows can also be written on a time basis
+            # (log_interval_s): a CPU iteration of a locomotion task takes seconds.
+            runner.learn(num_learning_iterations=1, init_at_random_ep_len=done_its == 0)
+            done_its += 1
+            window_its += 1
+            elapsed = time.perf_counter() - window_start
+            at_interval = done_its % chunk == 0 or done_its >= iterations
+            if not at_interval and not 0 < cfg.log_interval_s <= elapsed:
+                continue
+            n, window_start, window_its = window_its, time.perf_counter(), 0
             row: dict[str, float] = {"env_steps_per_s": n * steps_per_it / max(elapsed, 1e-9)}
             episodes = env.episode_tracker.pop()
             if episodes is not None:
@@ -172,7 +178,8 @@ def run_ppo(cfg: TrainConfig) -> int:
                 row.update(evaluate(act, eval_env, cfg.eval.max_steps))
                 runner.alg.train_mode()
             logger.log(row, env_steps=done_its * steps_per_it)
-            runner.save(str(run_dir / "checkpoints" / f"ppo_{done_its * steps_per_it:012d}.pt"))
+            if at_interval:
+                runner.save(str(run_dir / "checkpoints" / f"ppo_{done_its * steps_per_it:012d}.pt"))
         print(
             f"done: {run_dir} (eval_return={row.get('eval_return', float('nan')):.4g})", flush=True
         )

@@ -6,7 +6,10 @@ import sys
 import traceback
 from pathlib import Path
 
+import torch
+
 from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.cpu_defaults import apply_cpu_defaults
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.run_logger import make_run_dir
 from fast_lora_td3.validate import resolve_device, validate
@@ -54,8 +57,13 @@ def dry_run(cfg: TrainConfig) -> int:
     return 0
 
 
-def run_training(cfg: TrainConfig) -> int:
-    """Train per `cfg`; returns the process exit code."""
+def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int:
+    """Train per `cfg`; returns the process exit code.
+
+    `explicit_keys`: the dotted keys the command line or the preset set (cpu_defaults.explicit_keys);
+    on a CPU the others among cpu_defaults.SIZED_KEYS are sized for it. None (programmatic callers
+    that built `cfg` themselves): every value is kept as given.
+    """
     from fast_lora_td3.distributed import DistributedContext, replica_state
 
     if cfg.dry_run:
@@ -63,6 +71,10 @@ def run_training(cfg: TrainConfig) -> int:
     cfg.device = resolve_device(cfg.device)
     dist = DistributedContext.from_environment(cfg.device)
     cfg.device = dist.device
+    if explicit_keys is not None and torch.device(cfg.device).type == "cpu":
+        note = apply_cpu_defaults(cfg, explicit_keys)
+        if note and dist.rank == 0:
+            print(note, flush=True)
     cfg.env.device = cfg.device
     if cfg.env.seed is None:
         cfg.env.seed = cfg.seed  # the simulator follows the top-level seed unless told otherwise

@@ -29,6 +29,7 @@ from fast_lora_td3.evaluation import SliceEvaluation, evaluate
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
 from fast_lora_td3.update_step import UpdateStep
+from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
 """Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
@@ -36,6 +37,13 @@ PREEMPT_EXIT_CODE = 75
 
 STOP_SYNC_INTERVAL = 8
 """Data parallel: iterations between the ranks' agreement on a pending preemption signal."""
+
+FIRST_EPISODE_POLL_S = 1.0
+"""Until the first training episode is logged, check for one this often (one host read)."""
+
+WEIGHT_STATS_EVERY_ROWS = 10
+"""Adapter norms and weight change from init (SVDs, a pass over the critic) on the first, every
+10th and the last metrics row."""
 
 
 class CompileMismatchError(ConfigError):
@@ -123,6 +131,10 @@ class Trainer:
         self._verify_pending = cfg.verify_compile and (cfg.compile or cfg.cuda_graph)
         self._stop_signal: int | None = None
         self.logger: RunLogger | None = None
+        self._episode_logged = False
+        self._rows_logged = 0
+        # The critic's weights at init (the seed fixes them, so a resume rebuilds the same ones).
+        self._critic_init = weight_snapshot(self.learner.critic)
 
     @property
     def env_steps(self) -> int:
@@ -263,7 +275,7 @@ class Trainer:
         timings = {"env": 0.0, "sample": 0.0, "update": 0.0}
         eval_every = max(1, cfg.eval.interval // self.num_envs) if cfg.eval.interval > 0 else 0
         last_row: dict[str, float] = {}
-        window_start = time.perf_counter()
+        window_start = last_poll = time.perf_counter()
         window_start_it = self.iteration
         while self.iteration < self.iterations:
             t0 = time.perf_counter()
@@ -300,8 +312,18 @@ class Trainer:
             row: dict[str, float] = {}
             if (eval_every and self.iteration % eval_every == 0) or is_last:
                 row.update(self.run_evaluation())
-            if self.iteration % cfg.log_interval == 0 or is_last or row:
-                row.update(self._log_row(sums, counts, timings))
+            now = time.perf_counter()
+            log_due = self.iteration % cfg.log_interval == 0 or is_last or bool(row)
+            log_due |= 0 < cfg.log_interval_s <= now - window_start
+            episodes = None
+            if not log_due and not self._episode_logged and now - last_poll >= FIRST_EPISODE_POLL_S:
+                # Until the first training episode is logged: one host read per second, so its
+                # return shows as soon as it ends instead of at the first step-based row.
+                last_poll = now
+                episodes = self.env.episode_tracker.pop()
+                log_due = episodes is not None
+            if log_due:
+                row.update(self._log_row(sums, counts, timings, episodes))
                 elapsed = time.perf_counter() - window_start
                 its = self.iteration - window_start_it
                 row["env_steps_per_s"] = its * self.num_envs / max(elapsed, 1e-9)
@@ -328,26 +350,37 @@ class Trainer:
         return last_row
 
     def _log_row(
-        self, sums: dict[str, torch.Tensor], counts: dict[str, int], timings: dict[str, float]
+        self,
+        sums: dict[str, torch.Tensor],
+        counts: dict[str, int],
+        timings: dict[str, float],
+        episodes: dict[str, torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        """Means of the device-side metric sums (one host read), episode stats, time split."""
+        """Means of the device-side metric sums (one host read), episode stats, time split.
+
+        `episodes`: training-episode stats already popped from the tracker (else popped here).
+        """
         row: dict[str, float] = {}
         if sums:
             keys = list(sums)
             values = torch.stack([sums[k].float() / counts[k] for k in keys]).tolist()
             row.update(dict(zip(keys, values, strict=True)))
-        episodes = self.env.episode_tracker.pop()
+        if episodes is None:
+            episodes = self.env.episode_tracker.pop()
         if episodes is not None:
             row["episode_return"] = float(episodes["mean_return"])
             row["episode_length"] = float(episodes["mean_length"])
+            self._episode_logged = True
         total = sum(timings.values()) or 1.0
         row.update({f"time/{k}_frac": v / total for k, v in timings.items()})
-        if self.iteration % max(1, self.cfg.log_interval * 10) == 0:
+        self._rows_logged += 1
+        is_last = self.iteration >= self.iterations
+        if is_last or self._rows_logged % WEIGHT_STATS_EVERY_ROWS == 1:
             with torch.no_grad():
-                norms = self.learner.adapter_norms()
-            if norms:
-                values = torch.stack(list(norms.values())).tolist()
-                row.update(dict(zip(norms, values, strict=True)))
+                stats = self.learner.adapter_norms()
+                stats.update(weight_change_norms(self.learner.critic, self._critic_init))
+            values = torch.stack([v.float() for v in stats.values()]).tolist()
+            row.update(dict(zip(stats, values, strict=True)))
         return row
 
     def close(self) -> None:

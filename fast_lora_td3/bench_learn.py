@@ -1,0 +1,279 @@
+"""`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]`.
+
+Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
+same machine, then aggregates them with fast_lora_td3.bench_stats (mean and 95 % bootstrap CI of
+the final and area-under-curve return, of the return at fixed env-step checkpoints, time to a
+return threshold, critic loss, weight change from init, adapter norms) and writes into DIR:
+`results.json`, `results.md` (Markdown tables: ours vs peers, LoRA vs dense) and
+`curves_env_steps.png` / `curves_wall_clock.png` (one panel per task, CI bands).
+
+Methods: a critic family (`mlp`, `mlp_lora`, `simbav2`, `simbav2_lora`: our FastTD3 with that
+critic at the preset's sizes), `ppo` (the rsl_rl baseline, `algo=ppo`, mjlab tasks) and `sb3_td3` /
+`sb3_sac` (Stable-Baselines3 with rl-baselines3-zoo MuJoCo settings, gymnasium tasks; the `bench`
+extra). Every method gets the task's env-step budget. A run whose directory holds `bench_done.json`
+is not run again, so an interrupted suite continues where it stopped (ours also resume from their
+checkpoints). Runs are single-threaded (OMP_NUM_THREADS=1); `workers` runs that many at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fast_lora_td3 import bench_stats
+from fast_lora_td3.errors import ConfigError
+
+CRITICS = ("simbav2_lora", "simbav2", "mlp_lora", "mlp")
+PEERS = ("sb3_td3", "sb3_sac", "ppo")
+LORA_PAIRS = (("simbav2_lora", "simbav2"), ("mlp_lora", "mlp"))
+DONE_FILE = "bench_done.json"
+GO1_THRESHOLD = 100.0
+"""go1_flat_cpu return threshold, provisional: the untrained policy earned ~0.05 per step in the
+sanity run, ~50 over a full 1000-step episode. Revisit after the first cpu suite."""
+G1_THRESHOLD = 10.0
+"""g1_flat_cpu return threshold, provisional: the untrained policy earns ~3 before it falls (~70
+steps). Revisit after the first cpu suite."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One panel of the suite: a preset at a fixed env-step budget."""
+
+    preset: str
+    """configs/experiment/<preset>.yaml."""
+    total_steps: int
+    """Env-step budget of every method on this task."""
+    checkpoints: tuple[int, ...]
+    """Env steps at which the return is reported."""
+    threshold: float
+    """Return for time-to-threshold."""
+    peers: tuple[str, ...] = ()
+    """Peer methods run on this task (`sb3_td3`, `sb3_sac` for gymnasium ids, `ppo` for mjlab)."""
+    gym_id: str = ""
+    """gymnasium id for the SB3 peers."""
+    overrides: tuple[str, ...] = ()
+    """Extra overrides of our runs (and PPO's)."""
+    peer_learning_starts: int | None = None
+    """SB3 learning_starts for budgets too small for the zoo's 10,000 (smoke only)."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of tasks × critic families × seeds."""
+
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    critics: tuple[str, ...]
+    seeds: tuple[int, ...]
+    workers: int = 1
+    note: str = ""
+
+
+SUITES = {
+    # Minutes on 2 cores (CI runs it as tests/test_bench_learn.py): machinery, not evidence.
+    "smoke": Suite(
+        name="smoke",
+        tasks=(
+            TaskSpec(
+                preset="pendulum_cpu",
+                total_steps=4800,
+                checkpoints=(3200, 4800),  # 16 envs x 200-step episodes: the first ends at 3200
+                threshold=-1000.0,
+                peers=("sb3_td3",),
+                gym_id="Pendulum-v1",
+                # mlp_lora adapts the first layer too: rank < obs + action dims (3 + 1).
+                overrides=(
+                    "eval.num_envs=2",
+                    "checkpoint_interval=0",
+                    "critic.rank=2",
+                    "critic.alpha=2",
+                ),
+                peer_learning_starts=4400,
+            ),
+        ),
+        critics=("mlp", "mlp_lora"),
+        seeds=(1, 2),
+        workers=2,
+        note="tiny budgets: checks the machinery end to end, not learning",
+    ),
+    # Estimated ~3 h with workers=2 on an otherwise idle 2-core machine (from the presets' sanity-run
+    # rates; not yet run end to end). SB3's one update per env step is the largest share.
+    "cpu": Suite(
+        name="cpu",
+        tasks=(
+            TaskSpec(
+                "halfcheetah_cpu",
+                40_000,
+                (10_000, 20_000, 40_000),
+                1000.0,
+                ("sb3_td3", "sb3_sac"),
+                "HalfCheetah-v5",
+            ),
+            TaskSpec(
+                "hopper_cpu",
+                40_000,
+                (10_000, 20_000, 40_000),
+                500.0,
+                ("sb3_td3", "sb3_sac"),
+                "Hopper-v5",
+            ),
+            TaskSpec("go1_flat_cpu", 32_000, (8_000, 16_000, 32_000), GO1_THRESHOLD, ("ppo",)),
+            TaskSpec("g1_flat_cpu", 32_000, (8_000, 16_000, 32_000), G1_THRESHOLD, ("ppo",)),
+        ),
+        critics=CRITICS,
+        seeds=(1, 2, 3),
+        workers=2,
+        note="LoRA vs dense at the same width (the presets fix every family's size)",
+    ),
+}
+
+
+@dataclass
+class RunSpec:
+    """One process of the suite."""
+
+    task: str
+    method: str
+    seed: int
+    run_dir: Path
+    command: list[str] = field(default_factory=list)
+
+
+def plan_runs(suite: Suite, out: Path) -> list[RunSpec]:
+    """Every (task, method, seed) of the suite with its command and run directory."""
+    runs = []
+    py = [sys.executable, "-m"]
+    for task in suite.tasks:
+        for method in (*suite.critics, *task.peers):
+            for seed in suite.seeds:
+                run_dir = out / "runs" / task.preset / method / f"seed{seed}"
+                if method.startswith("sb3_"):
+                    cmd = [*py, "fast_lora_td3.bench_peers", method, task.gym_id, str(seed)]
+                    cmd += [str(task.total_steps), str(run_dir)]
+                    if task.peer_learning_starts is not None:
+                        cmd.append(f"learning_starts={task.peer_learning_starts}")
+                else:
+                    choice = "algo=ppo" if method == "ppo" else f"critic={method}"
+                    cmd = [*py, "fast_lora_td3.cli", "train", f"experiment={task.preset}", choice]
+                    cmd += [f"seed={seed}", f"total_steps={task.total_steps}", "device=cpu"]
+                    cmd += [f"run_dir={run_dir}", "progress=false", "export_at_end=false"]
+                    cmd += list(task.overrides)
+                runs.append(RunSpec(task.preset, method, seed, run_dir, cmd))
+    return runs
+
+
+def execute(run: RunSpec) -> dict[str, Any]:
+    """Run one process (unless already done); its output goes to run_dir/output.log."""
+    done = run.run_dir / DONE_FILE
+    if done.exists():
+        return json.loads(done.read_text())
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    with (run.run_dir / "output.log").open("w") as log:
+        rc = subprocess.call(run.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    record = {"rc": rc, "process_s": time.perf_counter() - t0, "command": run.command}
+    if rc == 0:
+        done.write_text(json.dumps(record))
+    return record
+
+
+def run_suite(suite: Suite, out: Path, workers: int | None = None) -> list[dict[str, Any]]:
+    """Run (or continue) every run of `suite` under `out`; returns the per-run records."""
+    runs = plan_runs(suite, out)
+    n = workers or suite.workers
+    print(f"bench learn {suite.name}: {len(runs)} runs, {n} at a time, into {out}", flush=True)
+
+    def one(run: RunSpec) -> dict[str, Any]:
+        record = execute(run)
+        status = "ok" if record["rc"] == 0 else f"FAILED rc={record['rc']} (see output.log)"
+        print(f"  {run.task} {run.method} seed {run.seed}: {status}", flush=True)
+        return {**asdict(run), "run_dir": str(run.run_dir), **record}
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(one, runs))
+
+
+def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-run metrics from each run's metrics.jsonl and the aggregates per task and method."""
+    tasks: dict[str, Any] = {}
+    for task in suite.tasks:
+        per_method: dict[str, Any] = {}
+        for method in (*suite.critics, *task.peers):
+            mine = [r for r in records if r["task"] == task.preset and r["method"] == method]
+            runs = []
+            for r in mine:
+                rows = bench_stats.read_rows(Path(r["run_dir"]) / "metrics.jsonl")
+                m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold)
+                runs.append({"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m})
+            per_method[method] = {
+                "runs": runs,
+                "summary": bench_stats.aggregate(runs, task.checkpoints),
+            }
+        comparisons = {}
+        for lora, dense in LORA_PAIRS:
+            if lora in per_method and dense in per_method:
+                a, b = (
+                    [r["final_eval_return"] for r in per_method[m]["runs"]] for m in (lora, dense)
+                )
+                ci = bench_stats.bootstrap_diff_ci(a, b)
+                comparisons[f"{lora}-{dense}"] = {
+                    "final_eval_return_diff_ci95": list(ci) if ci else None
+                }
+        tasks[task.preset] = {
+            "spec": asdict(task),
+            "methods": per_method,
+            "lora_vs_dense": comparisons,
+        }
+    return {"suite": suite.name, "note": suite.note, "seeds": list(suite.seeds), "tasks": tasks}
+
+
+def run_bench_learn(args: list[str]) -> int:
+    """Entry point of `fast-lora-td3 bench learn SUITE key=value…`."""
+    from fast_lora_td3.bench_report import write_report
+
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        print(f"\nsuites: {', '.join(SUITES)}")
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in SUITES:
+        raise ConfigError(f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)}")
+    suite = SUITES[name]
+    opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": ""}
+    for word in rest:
+        key, eq, value = word.partition("=")
+        if not eq or key not in opts:
+            raise ConfigError(
+                f"bench learn: bad argument {word!r}: use key=value, key one of {', '.join(opts)}"
+            )
+        opts[key] = value
+    try:
+        if opts["seeds"]:
+            suite = replace(suite, seeds=tuple(int(s) for s in opts["seeds"].split(",")))
+        workers = int(opts["workers"]) if opts["workers"] else None
+    except ValueError:
+        raise ConfigError("bench learn: seeds=1,2,3 and workers=N take integers") from None
+    if opts["only"]:
+        keep = set(opts["only"].split(","))
+        unknown = keep - {t.preset for t in suite.tasks}
+        if unknown:
+            raise ConfigError(f"bench learn: only={','.join(sorted(unknown))} not in the suite")
+        suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.preset in keep))
+    out = Path(opts["out"])
+    records = run_suite(suite, out, workers)
+    results = collect(suite, records)
+    write_report(results, out)
+    failed = [r for r in records if r["rc"] != 0]
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'} and plots", flush=True)
+    if failed:
+        print(f"bench learn: {len(failed)} run(s) failed (see their output.log)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,78 @@
+"""`fast-lora-td3 bench learn`: the smoke suite end to end (CI runs it) and the cpu suite's plan.
+
+The smoke suite runs 6 short processes (2 at a time): our FastTD3 with the mlp and mlp_lora critics
+and the Stable-Baselines3 TD3 peer on Pendulum-v1, 2 seeds each; about 1–3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fast_lora_td3.bench_learn import SUITES, plan_runs, run_bench_learn
+from fast_lora_td3.cli import compose_config, main
+from fast_lora_td3.validate import validate
+
+
+def test_smoke_suite_runs_peers_and_writes_results_table_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    assert run_bench_learn(["smoke", f"out={out}"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    methods = results["tasks"]["pendulum_cpu"]["methods"]
+    assert set(methods) == {"mlp", "mlp_lora", "sb3_td3"}
+    for name, data in methods.items():
+        runs = data["runs"]
+        assert [r["seed"] for r in runs] == [1, 2] and all(r["rc"] == 0 for r in runs), name
+        finals = [r["final_eval_return"] for r in runs]
+        assert all(f is not None and np.isfinite(f) for f in finals), name
+        assert data["summary"]["final_eval_return"]["mean"] == pytest.approx(np.mean(finals))
+        assert all(r["checkpoint_returns"]["4800"] is not None for r in runs), name
+    lora, dense = methods["mlp_lora"]["runs"], methods["mlp"]["runs"]
+    assert all(r["adapter_delta_norm"] > 0 and r["weight_change_norm"] > 0 for r in lora)
+    assert all(r["adapter_delta_norm"] is None and r["weight_change_norm"] > 0 for r in dense)
+    assert all(r["final_critic_loss"] is not None for r in lora + dense)
+    assert "mlp_lora-mlp" in results["tasks"]["pendulum_cpu"]["lora_vs_dense"]
+    table = (out / "results.md").read_text()
+    assert "| sb3_td3 | 2 |" in table and "| mlp_lora | 2 |" in table
+    for png in ("curves_env_steps.png", "curves_wall_clock.png"):
+        assert (out / png).stat().st_size > 1000
+    # A second invocation finds every run done and only re-aggregates.
+    stamps = {p: p.stat().st_mtime for p in out.glob("runs/*/*/*/metrics.jsonl")}
+    assert len(stamps) == 6
+    assert run_bench_learn(["smoke", f"out={out}"]) == 0
+    assert stamps == {p: p.stat().st_mtime for p in stamps}
+
+
+def test_cpu_suite_plan_covers_lora_vs_dense_and_peers_and_configs_compose(tmp_path: Path) -> None:
+    runs = plan_runs(SUITES["cpu"], tmp_path)
+    by = {(r.task, r.method) for r in runs}
+    for task in ("halfcheetah_cpu", "hopper_cpu", "go1_flat_cpu", "g1_flat_cpu"):
+        for critic in ("simbav2_lora", "simbav2", "mlp_lora", "mlp"):
+            assert (task, critic) in by
+    assert {("halfcheetah_cpu", "sb3_td3"), ("hopper_cpu", "sb3_sac")} <= by
+    assert {("go1_flat_cpu", "ppo"), ("g1_flat_cpu", "ppo")} <= by
+    seeds = {(r.task, r.method): [] for r in runs}
+    for r in runs:
+        seeds[(r.task, r.method)].append(r.seed)
+    assert all(len(s) >= 3 for s in seeds.values())
+    for r in runs:
+        if r.method.startswith("sb3_"):
+            continue
+        overrides = r.command[r.command.index("train") + 1 :]
+        cfg = compose_config(overrides)
+        validate(cfg)
+        assert cfg.total_steps == next(
+            t.total_steps for t in SUITES["cpu"].tasks if t.preset == r.task
+        )
+        if r.method in ("simbav2_lora", "simbav2"):
+            assert (cfg.critic.family, cfg.critic.width) == (r.method, 128)  # same width
+
+
+def test_bad_suite_or_option_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "learn", "nosuch"]) == 2
+    assert "unknown suite 'nosuch'" in capsys.readouterr().err
+    assert main(["bench", "learn", "smoke", "workers=two"]) == 2
+    assert main(["bench", "learn", "smoke", "only=atari"]) == 2
