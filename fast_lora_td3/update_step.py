@@ -191,7 +191,7 @@ class UpdateStep:
 
     def _report(self, line: str) -> None:
         self.selection = line
-        print(line, flush=True)
+        print(line, file=sys.stderr, flush=True)  # stderr: bench / device_check stdout is JSON
 
     def _verify_mode(self, mode: ModeFlags) -> dict[str, Any]:
         assert self._first_batch is not None

@@ -329,7 +329,7 @@ def test_selection_without_eager_raises_when_every_mode_fails() -> None:
 def test_update_step_auto_on_cpu_is_eager_with_one_line(capsys) -> None:
     step = UpdateStep(make(), SimpleNamespace(compile="auto", cuda_graph="auto"))
     assert step.mode == "eager"
-    out = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().err.strip().splitlines()
     assert out == [step.selection]
     assert out[0].startswith("update step: eager (on cpu") and "compile=auto means eager" in out[0]
 
@@ -354,10 +354,10 @@ def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failur
     monkeypatch.setattr(us.torch, "compile", _fake_compile(after=noisy if broken else None))
     learner = make("fasttd3", "mlp")
     step = UpdateStep(learner, SimpleNamespace(compile="auto", cuda_graph="false"))
-    assert step.mode == "pending" and capsys.readouterr().out == ""
+    assert step.mode == "pending" and capsys.readouterr().err == ""
     metrics = step(batches(), do_actor=False)
     assert "critic_loss" in metrics and learner.num_critic_updates == 1
-    out = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().err.strip().splitlines()
     assert len(out) == 1
     if broken:
         assert step.mode == "eager" and not step.verified
