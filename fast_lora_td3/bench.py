@@ -4,14 +4,19 @@
 n-step sampling from a real ReplayBuffer filled with random data, observation normalisation inside
 the losses, the delayed actor update every `policy_frequency` critic updates, Polyak, and on-device
 metric sums. It also counts the GEMM FLOPs of one update (torch.utils.flop_counter) and reports
-them against the measured square-matmul FLOP/s of the device. `bench replay` reports bytes per
+them against the measured square-matmul FLOP/s of the device (`gemm_fraction`) and against a
+batched GEMM of the critic's own largest layer (`gemm_fraction_shape`), same threads. `rounds=N`
+alternates every timed configuration (dense twin, LoRA, modes) and both GEMM meters in N rounds and
+reports medians, so ratios such as `lora_overhead` hold on a shared, loaded machine. `bench replay` reports bytes per
 transition against a buffer that stores next_obs explicitly, and the samples/s of `sample_nstep`.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -76,6 +81,7 @@ UPDATE_DEFAULTS: dict[str, str] = {
     "compare_dense": "true",
     "threads": "0",
     "seed": "0",
+    "rounds": "1",
 }
 REPLAY_DEFAULTS: dict[str, str] = {
     "obs_dim": "123",
@@ -172,6 +178,38 @@ def gemm_gflops(device: torch.device, dtype: torch.dtype = torch.float32) -> flo
             best = min(best, (time.perf_counter() - start) / reps)
         _GEMM_CACHE[key] = 2 * n**3 / best / 1e9
     return _GEMM_CACHE[key]
+
+
+def gemm_meter_gflops(
+    device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int, int], reps: int = 3
+) -> float:
+    """Mean GFLOP/s of `reps` batched GEMMs `[E, M, K] @ [E, K, N]` (the update's own shape class),
+    timed like the update (a mean, not a best-of), so a fraction against it is fair on a busy host."""
+    e, m, k, n = shape
+    a = torch.randn(e, m, k, device=device, dtype=dtype)
+    b = torch.randn(e, k, n, device=device, dtype=dtype)
+    torch.bmm(a, b)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        torch.bmm(a, b)
+    _sync(device)
+    return 2 * e * m * k * n * reps / (time.perf_counter() - start) / 1e9
+
+
+def _meter_shapes(opts: dict[str, str], family: str, batch: int) -> dict[str, tuple]:
+    """`square`: the 2048² (CPU) / 8192² (CUDA) GEMM of gemm_gflops; `update`: the critic's
+    largest forward GEMM at this batch (both members)."""
+    members = 2
+    if family.startswith("mlp"):
+        dims = [
+            _int(opts, "obs_dim") + _int(opts, "action_dim"),
+            *_ints(opts, "critic.hidden_dims"),
+        ]
+        k, n = max(itertools.pairwise(dims), key=lambda d: d[0] * d[1])
+    else:
+        k, n = _int(opts, "critic.width"), 4 * _int(opts, "critic.width")
+    return {"square": (1, 2048, 2048, 2048), "update": (members, batch, k, n)}
 
 
 def filled_replay(
@@ -341,55 +379,86 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
     families = [family]
     if family in _DENSE_OF and opts["compare_dense"].lower() in ("1", "true", "yes"):
         families.insert(0, _DENSE_OF[family])
-    peak = gemm_gflops(device, torch.bfloat16 if opts["amp"] == "bf16" else torch.float32)
+    dtype = torch.bfloat16 if opts["amp"] == "bf16" else torch.float32
+    peak = gemm_gflops(device, dtype)
+    rounds = _int(opts, "rounds")
     factory = _Update(opts, device)
-    records, seconds = [], {}
+    runs = []  # (family, mode, step, flops, first-call seconds); skipped modes are emitted now
     for fam in families:
         learner = factory.learner(fam)
         flops_c, flops_a = count_update_flops(learner, replay.sample_nstep(batch), pf)
-        flops = flops_c + flops_a / pf
         for mode in modes:
             if device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]:
-                rec = {"name": "update", "critic": fam, "mode": mode, "skipped": "needs CUDA"}
-                emit(rec)
+                runs.append([fam, mode, None, 0.0, None])  # reported as skipped, in order
                 continue
-            run = copy.deepcopy(learner)
-            if device.type == "cuda":
+            step = UpdateStep(copy.deepcopy(learner), **_MODE_FLAGS[mode])
+            runs.append([fam, mode, step, flops_c + flops_a / pf, None])
+    # Rounds alternate every (family, mode) and the GEMM meters, so a ratio between any two of
+    # them compares the same stretch of a shared machine's load (the median over rounds is kept).
+    timed = [r for r in runs if r[2] is not None]
+    times: dict[tuple[str, str], list[float]] = {(r[0], r[1]): [] for r in timed}
+    meters: dict[str, list[float]] = {"square": [], "update": []}
+    shapes = _meter_shapes(opts, family, batch)
+    for r in range(rounds):
+        for run in timed:
+            fam, mode, step = run[0], run[1], run[2]
+            if device.type == "cuda" and r == 0:
                 torch.cuda.reset_peak_memory_stats(device)
-            step = UpdateStep(run, **_MODE_FLAGS[mode])
-            sec, first = time_update(step, replay, batch, iters, warmup, pf)
-            seconds[(fam, mode)] = sec
-            rec = {
-                "name": "update",
-                "algo": opts["algo"],
-                "device": str(device)
-                if device.type == "cpu"
-                else torch.cuda.get_device_name(device),
-                "critic": fam,
-                "mode": step.mode,
-                "batch_size": batch,
-                "widths": _widths(opts, fam),
-                "obs_dim": obs,
-                "action_dim": act,
-                "num_atoms": _int(opts, "num_atoms", 2),
-                "amp": opts["amp"],
-                "updates_per_s": 1.0 / sec,
-                "samples_per_s": batch / sec,
-                "ms_per_update": 1e3 * sec,
-                "first_call_s": first,
-                "gflop_per_update": flops / 1e9,
-                "achieved_gflops": flops / sec / 1e9,
-                "device_gemm_gflops": peak,
-                "gemm_fraction": flops / sec / 1e9 / peak,
-                "threads": torch.get_num_threads(),
-            }
-            if device.type == "cuda":
-                rec["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-            dense = _DENSE_OF.get(fam)
-            if (dense, mode) in seconds:
-                rec["lora_overhead"] = sec / seconds[(dense, mode)]
-            emit(rec)
-            records.append(rec)
+            sec, first = time_update(step, replay, batch, iters, warmup if r == 0 else 0, pf)
+            times[(fam, mode)].append(sec)
+            if r == 0:
+                run[4] = first
+            if device.type == "cuda" and r == 0:
+                run.append(torch.cuda.max_memory_allocated(device) / 2**20)
+        if rounds > 1:
+            for key, shape in shapes.items():
+                meters[key].append(gemm_meter_gflops(device, dtype, shape))
+    if rounds == 1:  # one pass: the square meter is gemm_gflops' best-of-5 (as before)
+        meters = {"square": [peak], "update": [gemm_meter_gflops(device, dtype, shapes["update"])]}
+    square, shape_peak = statistics.median(meters["square"]), statistics.median(meters["update"])
+    records, seconds = [], {}
+    for fam, mode, step, flops, first, *mem in runs:
+        if step is None:
+            emit({"name": "update", "critic": fam, "mode": mode, "skipped": "needs CUDA"})
+            continue
+        sec = statistics.median(times[(fam, mode)])
+        seconds[(fam, mode)] = sec
+        rec = {
+            "name": "update",
+            "algo": opts["algo"],
+            "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "critic": fam,
+            "mode": step.mode,
+            "batch_size": batch,
+            "widths": _widths(opts, fam),
+            "obs_dim": obs,
+            "action_dim": act,
+            "num_atoms": _int(opts, "num_atoms", 2),
+            "amp": opts["amp"],
+            "updates_per_s": 1.0 / sec,
+            "samples_per_s": batch / sec,
+            "ms_per_update": 1e3 * sec,
+            "first_call_s": first,
+            "gflop_per_update": flops / 1e9,
+            "achieved_gflops": flops / sec / 1e9,
+            "device_gemm_gflops": square,
+            "gemm_fraction": flops / sec / 1e9 / square,
+            "shape_gemm_gflops": shape_peak,
+            "gemm_fraction_shape": flops / sec / 1e9 / shape_peak,
+            "meter_shapes": {k: list(v) for k, v in shapes.items()},
+            "rounds": rounds,
+            "round_ms": [1e3 * t for t in times[(fam, mode)]],
+            "threads": torch.get_num_threads(),
+        }
+        if mem:
+            rec["peak_mem_mb"] = mem[0]
+        dense = _DENSE_OF.get(fam)
+        if (dense, mode) in seconds:
+            per_round = zip(times[(fam, mode)], times[(dense, mode)], strict=True)
+            rec["lora_overhead_rounds"] = [a / b for a, b in per_round]
+            rec["lora_overhead"] = statistics.median(rec["lora_overhead_rounds"])
+        emit(rec)
+        records.append(rec)
     return records
 
 

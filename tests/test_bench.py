@@ -57,6 +57,21 @@ def test_bench_update_prints_json_lines_with_required_keys(algo, capsys) -> None
     assert lora["lora_overhead"] == pytest.approx(ratio)
 
 
+def test_bench_update_rounds_alternate_and_report_medians(capsys) -> None:
+    run_bench(["update", "critic=simbav2_lora", "rounds=3", *TINY])
+    dense, lora = _lines(capsys)
+    for rec in (dense, lora):
+        assert rec["rounds"] == 3 and len(rec["round_ms"]) == 3
+        assert rec["ms_per_update"] == pytest.approx(sorted(rec["round_ms"])[1])
+        assert rec["gemm_fraction_shape"] == pytest.approx(
+            rec["achieved_gflops"] / rec["shape_gemm_gflops"]
+        )
+    assert rec["meter_shapes"]["update"] == [2, 16, 8, 32]  # members, batch, width, 4·width
+    per_round = [a / b for a, b in zip(lora["round_ms"], dense["round_ms"], strict=True)]
+    assert lora["lora_overhead_rounds"] == pytest.approx(per_round)
+    assert lora["lora_overhead"] == pytest.approx(sorted(per_round)[1])
+
+
 def test_bench_update_graph_modes_are_skipped_on_cpu(capsys) -> None:
     run_bench(["update", "critic=mlp", "modes=eager,graphed", "compare_dense=false", *TINY])
     lines = _lines(capsys)

@@ -57,17 +57,17 @@ class _LoRALinearFn(torch.autograd.Function):
             w, g, normed = raw, None, None
         else:
             norm = torch.linalg.vector_norm(raw, dim=-1, keepdim=True)
-            inv = 1.0 / norm.clamp_min(_EPS)
             # Rows divided by their own norm (not by eps) carry the normal-direction gradient term.
             normed = norm > _EPS
+            denom = norm.clamp_min(_EPS)
             if mode == "project":
                 assert rows is not None
                 picked = rows.unsqueeze(-1)
                 normed = normed & picked
-                g = torch.where(picked, inv, torch.ones_like(inv))
-                w = torch.where(picked, raw * inv, raw)
-            else:
-                g, w = inv, raw * inv
+                # one division pass; x / 1 is exact, so unpicked rows stay as they are
+                denom = torch.where(picked, denom, torch.ones_like(denom))
+            w = raw / denom  # the same rounding as l2_normalize (F.normalize divides)
+            g = 1.0 / denom
         y = ensemble_linear(x, w, bias)
         ctx.scaling, ctx.mode, ctx.x_dim = scaling, mode, x.dim()
         ctx.has_bias = bias is not None
