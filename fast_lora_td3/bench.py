@@ -13,13 +13,14 @@ transition against a buffer that stores next_obs explicitly, and the samples/s o
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ UPDATE_DEFAULTS: dict[str, str] = {
     "threads": "0",
     "seed": "0",
     "rounds": "1",
+    "impls": "fast",
 }
 REPLAY_DEFAULTS: dict[str, str] = {
     "obs_dim": "123",
@@ -272,6 +274,46 @@ def count_update_flops(
     return counts[0], counts[1]
 
 
+IMPLS = ("fast", "reference")
+
+
+@contextlib.contextmanager
+def implementation(name: str) -> Iterator[None]:
+    """`fast`: the code as it is. `reference`: the pre-issue-10 update (autograd through
+    F.normalize and through the merged LoRA weight, `foreach` AdamW), so `impls=fast,reference`
+    measures both in one process, alternating in rounds (a speed A/B, never used to train)."""
+    if name == "fast":
+        yield
+        return
+    from fast_lora_td3.algos import base as algos_base
+    from fast_lora_td3.nn import layers
+    from fast_lora_td3.nn.lora import LoRALinear
+
+    def l2_apply(x: torch.Tensor, dim: int, eps: float) -> torch.Tensor:
+        return torch.nn.functional.normalize(x, p=2.0, dim=dim, eps=eps)
+
+    def lora_forward(self: LoRALinear, x: torch.Tensor) -> torch.Tensor:
+        return layers.ensemble_linear(x, self.effective_weight(), self.bias)
+
+    def foreach_adamw(
+        groups: list[dict], lr: float, betas: Any, device: torch.device
+    ) -> torch.optim.AdamW:
+        fused = device.type == "cuda"
+        return torch.optim.AdamW(
+            groups, lr=lr, betas=tuple(betas), fused=fused, foreach=None if fused else True
+        )
+
+    saved = (LoRALinear.forward, algos_base.make_adamw)
+    layers._L2Normalize.apply = l2_apply  # type: ignore[method-assign]  # shadows Function.apply
+    LoRALinear.forward = lora_forward  # type: ignore[method-assign]
+    algos_base.make_adamw = foreach_adamw
+    try:
+        yield
+    finally:
+        del layers._L2Normalize.apply  # the inherited autograd.Function.apply again
+        LoRALinear.forward, algos_base.make_adamw = saved  # type: ignore[method-assign]
+
+
 @dataclass
 class _Update:
     opts: dict[str, str]
@@ -383,52 +425,60 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
     peak = gemm_gflops(device, dtype)
     rounds = _int(opts, "rounds")
     factory = _Update(opts, device)
-    runs = []  # (family, mode, step, flops, first-call seconds); skipped modes are emitted now
+    impls = [i for i in opts["impls"].split(",") if i]
+    if not impls or any(i not in IMPLS for i in impls):
+        raise ConfigError(f"bench: impls={opts['impls']!r}: use a comma list of {', '.join(IMPLS)}")
+    runs: list[dict[str, Any]] = []  # one per (family, mode, impl), in report order
     for fam in families:
-        learner = factory.learner(fam)
-        flops_c, flops_a = count_update_flops(learner, replay.sample_nstep(batch), pf)
-        for mode in modes:
-            if device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]:
-                runs.append([fam, mode, None, 0.0, None])  # reported as skipped, in order
-                continue
-            step = UpdateStep(copy.deepcopy(learner), **_MODE_FLAGS[mode])
-            runs.append([fam, mode, step, flops_c + flops_a / pf, None])
-    # Rounds alternate every (family, mode) and the GEMM meters, so a ratio between any two of
-    # them compares the same stretch of a shared machine's load (the median over rounds is kept).
-    timed = [r for r in runs if r[2] is not None]
-    times: dict[tuple[str, str], list[float]] = {(r[0], r[1]): [] for r in timed}
+        for impl in impls:
+            with implementation(impl):
+                learner = factory.learner(fam)
+                flops_c, flops_a = count_update_flops(learner, replay.sample_nstep(batch), pf)
+            for mode in modes:
+                run = {"fam": fam, "mode": mode, "impl": impl, "step": None, "times": []}
+                if not (device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]):
+                    run["step"] = UpdateStep(copy.deepcopy(learner), **_MODE_FLAGS[mode])
+                    run["flops"] = flops_c + flops_a / pf
+                runs.append(run)
+    # Rounds alternate every (family, mode, impl) and the GEMM meters, so a ratio between any two
+    # of them compares the same stretch of a shared machine's load (medians over rounds are kept).
+    timed = [r for r in runs if r["step"] is not None]
     meters: dict[str, list[float]] = {"square": [], "update": []}
     shapes = _meter_shapes(opts, family, batch)
     for r in range(rounds):
         for run in timed:
-            fam, mode, step = run[0], run[1], run[2]
             if device.type == "cuda" and r == 0:
                 torch.cuda.reset_peak_memory_stats(device)
-            sec, first = time_update(step, replay, batch, iters, warmup if r == 0 else 0, pf)
-            times[(fam, mode)].append(sec)
+            with implementation(run["impl"]):
+                sec, first = time_update(
+                    run["step"], replay, batch, iters, warmup if r == 0 else 0, pf
+                )
+            run["times"].append(sec)
             if r == 0:
-                run[4] = first
-            if device.type == "cuda" and r == 0:
-                run.append(torch.cuda.max_memory_allocated(device) / 2**20)
+                run["first"] = first
+                if device.type == "cuda":
+                    run["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
         if rounds > 1:
             for key, shape in shapes.items():
                 meters[key].append(gemm_meter_gflops(device, dtype, shape))
     if rounds == 1:  # one pass: the square meter is gemm_gflops' best-of-5 (as before)
         meters = {"square": [peak], "update": [gemm_meter_gflops(device, dtype, shapes["update"])]}
     square, shape_peak = statistics.median(meters["square"]), statistics.median(meters["update"])
-    records, seconds = [], {}
-    for fam, mode, step, flops, first, *mem in runs:
+    by_key = {(r["fam"], r["mode"], r["impl"]): r for r in timed}
+    records = []
+    for run in runs:
+        fam, mode, impl, step = run["fam"], run["mode"], run["impl"], run["step"]
         if step is None:
             emit({"name": "update", "critic": fam, "mode": mode, "skipped": "needs CUDA"})
             continue
-        sec = statistics.median(times[(fam, mode)])
-        seconds[(fam, mode)] = sec
+        sec, flops = statistics.median(run["times"]), run["flops"]
         rec = {
             "name": "update",
             "algo": opts["algo"],
             "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
             "critic": fam,
             "mode": step.mode,
+            "impl": impl,
             "batch_size": batch,
             "widths": _widths(opts, fam),
             "obs_dim": obs,
@@ -438,7 +488,7 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
             "updates_per_s": 1.0 / sec,
             "samples_per_s": batch / sec,
             "ms_per_update": 1e3 * sec,
-            "first_call_s": first,
+            "first_call_s": run["first"],
             "gflop_per_update": flops / 1e9,
             "achieved_gflops": flops / sec / 1e9,
             "device_gemm_gflops": square,
@@ -447,16 +497,21 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
             "gemm_fraction_shape": flops / sec / 1e9 / shape_peak,
             "meter_shapes": {k: list(v) for k, v in shapes.items()},
             "rounds": rounds,
-            "round_ms": [1e3 * t for t in times[(fam, mode)]],
+            "round_ms": [1e3 * t for t in run["times"]],
             "threads": torch.get_num_threads(),
         }
-        if mem:
-            rec["peak_mem_mb"] = mem[0]
-        dense = _DENSE_OF.get(fam)
-        if (dense, mode) in seconds:
-            per_round = zip(times[(fam, mode)], times[(dense, mode)], strict=True)
-            rec["lora_overhead_rounds"] = [a / b for a, b in per_round]
-            rec["lora_overhead"] = statistics.median(rec["lora_overhead_rounds"])
+        if "peak_mem_mb" in run:
+            rec["peak_mem_mb"] = run["peak_mem_mb"]
+        dense = by_key.get((_DENSE_OF.get(fam), mode, impl))
+        if dense is not None:
+            per_round = [a / b for a, b in zip(run["times"], dense["times"], strict=True)]
+            rec["lora_overhead_rounds"] = per_round
+            rec["lora_overhead"] = statistics.median(per_round)
+        ref = by_key.get((fam, mode, "reference"))
+        if impl != "reference" and ref is not None:
+            per_round = [b / a for a, b in zip(run["times"], ref["times"], strict=True)]
+            rec["speedup_vs_reference_rounds"] = per_round
+            rec["speedup_vs_reference"] = statistics.median(per_round)
         emit(rec)
         records.append(rec)
     return records

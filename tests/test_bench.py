@@ -72,6 +72,24 @@ def test_bench_update_rounds_alternate_and_report_medians(capsys) -> None:
     assert lora["lora_overhead"] == pytest.approx(sorted(per_round)[1])
 
 
+def test_bench_update_impls_alternate_fast_and_reference_in_one_process(capsys) -> None:
+    run_bench(["update", "critic=simbav2_lora", "impls=fast,reference", "rounds=2", *TINY])
+    lines = _lines(capsys)
+    assert [(r["critic"], r["impl"]) for r in lines] == [
+        ("simbav2", "fast"),
+        ("simbav2", "reference"),
+        ("simbav2_lora", "fast"),
+        ("simbav2_lora", "reference"),
+    ]
+    fast, ref = lines[2], lines[3]
+    per_round = [b / a for a, b in zip(fast["round_ms"], ref["round_ms"], strict=True)]
+    assert fast["speedup_vs_reference_rounds"] == pytest.approx(per_round)
+    assert "speedup_vs_reference" not in ref
+    dense_ref = lines[1]  # LoRA overhead within the same implementation
+    ratios = [a / b for a, b in zip(ref["round_ms"], dense_ref["round_ms"], strict=True)]
+    assert ref["lora_overhead"] == pytest.approx(sum(ratios) / 2)  # the median of two rounds
+
+
 def test_bench_update_graph_modes_are_skipped_on_cpu(capsys) -> None:
     run_bench(["update", "critic=mlp", "modes=eager,graphed", "compare_dense=false", *TINY])
     lines = _lines(capsys)

@@ -1,5 +1,6 @@
 """Issue 10's faster update step changes speed only: the fused l2_normalize backward, the LoRA
-low-rank backward and fused AdamW against the straightforward implementations they replace."""
+low-rank backward and fused AdamW against the straightforward implementations they replace
+(`bench.implementation("reference")`, which `bench update impls=fast,reference` times)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from test_algos import bandit_batch, make
 
-import fast_lora_td3.algos.base as algos_base
-import fast_lora_td3.nn.layers as layers
-from fast_lora_td3.nn.layers import ensemble_linear, l2_normalize
+from fast_lora_td3.bench import implementation
+from fast_lora_td3.nn.layers import l2_normalize
 from fast_lora_td3.nn.lora import LoRALinear
 from fast_lora_td3.update_step import UpdateStep, learner_tensors
 
@@ -32,24 +32,6 @@ def test_l2_normalize_values_equal_f_normalize_and_gradients_match(shape: tuple)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     x2 = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(l2_normalize, (x2,))
-
-
-def _reference_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-issue-10 implementations: autograd through F.normalize and through the merged
-    LoRA weight, and `foreach` AdamW."""
-    monkeypatch.setattr(
-        layers._L2Normalize, "apply", lambda x, dim, eps: F.normalize(x, dim=dim, eps=eps)
-    )
-    monkeypatch.setattr(
-        LoRALinear,
-        "forward",
-        lambda self, x: ensemble_linear(x, self.effective_weight(), self.bias),
-    )
-
-    def foreach_adamw(groups, lr, betas, device):
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), foreach=True)
-
-    monkeypatch.setattr(algos_base, "make_adamw", foreach_adamw)
 
 
 def _grads(learner, batch) -> dict[str, torch.Tensor]:
@@ -93,8 +75,7 @@ def test_fast_update_matches_reference_implementations(
     monkeypatch: pytest.MonkeyPatch, algo: str, family: str
 ) -> None:
     fast = _run(algo, family)
-    with monkeypatch.context() as m:
-        _reference_paths(m)
+    with implementation("reference"):
         ref = _run(algo, family)
     for got, want in zip(fast[0], ref[0], strict=True):
         assert got.keys() == want.keys()
@@ -118,16 +99,18 @@ def test_fast_update_matches_reference_implementations(
 def test_reference_paths_are_really_different_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """Guard against a vacuous comparison: the monkeypatches reach the code the learner runs."""
     calls = []
-    with monkeypatch.context() as m:
-        _reference_paths(m)
+    with implementation("reference"), monkeypatch.context() as m:
         m.setattr(LoRALinear, "effective_weight", _counting(LoRALinear.effective_weight, calls))
         learner = make("fasttd3", "simbav2_lora")
         assert not learner.critic_optimizer.param_groups[0].get("fused")
         calls.clear()
         learner.critic(torch.randn(3, 6), torch.randn(3, 2))
     assert calls
-    learner = copy.deepcopy(make("fasttd3", "simbav2_lora"))
+    learner = copy.deepcopy(make("fasttd3", "simbav2_lora"))  # restored after the context
     assert learner.critic_optimizer.param_groups[0]["fused"]
+    calls.clear()
+    x = torch.randn(3, 8, requires_grad=True)
+    assert l2_normalize(x).grad_fn.name().endswith("_L2NormalizeBackward")
 
 
 def _counting(fn, calls: list):
