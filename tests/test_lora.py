@@ -327,3 +327,25 @@ def test_layer_forward_without_adapter_grads_gives_input_grad_only() -> None:
 
 def ensemble_linear_ref(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bi,eoi->ebo", x, w) + bias
+
+
+def test_project_mode_without_flagged_rows_skips_exactly_on_cpu() -> None:
+    """Eager CPU skips the fallback work when no row is flagged: same values and gradients."""
+    from fast_lora_td3.nn.lora_autograd import lora_linear, none_flagged
+
+    torch.manual_seed(13)
+    d = torch.float64
+    x = torch.randn(2, 5, 7, dtype=d, requires_grad=True)
+    base = torch.randn(2, 6, 7, dtype=d) * 0.3
+    a = torch.randn(2, 7, 2, dtype=d, requires_grad=True)
+    b = torch.randn(2, 2, 6, dtype=d, requires_grad=True)
+    rows = torch.zeros(2, 6, dtype=torch.bool)
+    assert none_flagged(rows) and not none_flagged(rows | (torch.arange(6) == 3))
+    args = (x, base, a, b, None, rows, 0.7, "project")
+    out, ref = lora_linear(*args), _reference_linear(*args)
+    assert torch.equal(out, ref)
+    grad_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, a, b), grad_out)
+    want = torch.autograd.grad(ref, (x, a, b), grad_out)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

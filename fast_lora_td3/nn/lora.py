@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.layers import _bias_shape, _weight_shape, ensemble_linear, l2_normalize
-from fast_lora_td3.nn.lora_autograd import lora_linear
+from fast_lora_td3.nn.lora_autograd import lora_linear, none_flagged
 
 __all__ = [
     "LORA_INITS",
@@ -146,7 +146,7 @@ class LoRALinear(nn.Module):
             w = torch.baddbmm(self.base_weight, b_t, a_t, alpha=self.scaling)
         if self.weight_norm == "forward":
             return l2_normalize(w)
-        if self.weight_norm == "project":
+        if self.weight_norm == "project" and not none_flagged(self.fallback_rows):
             # Branch-free fallback: flagged rows (no LoRA-WN root) are normalised here instead.
             return torch.where(self.fallback_rows.unsqueeze(-1), l2_normalize(w), w)
         return w

@@ -25,10 +25,25 @@ from torch import Tensor
 
 from fast_lora_td3.nn.layers import ensemble_linear
 
-__all__ = ["lora_linear"]
+__all__ = ["lora_linear", "none_flagged"]
 
 _EPS = 1e-8  # l2_normalize's eps: rows shorter than this are divided by eps (no normal term)
 NORM_MODES = ("none", "forward", "project")
+
+
+def none_flagged(rows: Tensor | None) -> bool:
+    """True when `rows` is a CPU tensor with no row flagged, outside torch.compile.
+
+    On the CPU reading a tensor is a memory read, not a device synchronisation, so eager CPU code
+    may skip the all-zero LoRA-WN fallback work (exactly: no row is normalised). On CUDA and while
+    compiling the code stays branch-free and always returns False.
+    """
+    return (
+        rows is not None
+        and rows.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not bool(rows.any())
+    )
 
 
 def _merge(base: Tensor, a: Tensor, b: Tensor, scaling: float) -> Tensor:
@@ -53,6 +68,8 @@ class _LoRALinearFn(torch.autograd.Function):
         mode: str,
     ) -> Tensor:
         raw = _merge(base, a, b, scaling)
+        if mode == "project" and none_flagged(rows):
+            mode = "none"  # no row is normalised: the plain merged weight, no normal terms
         if mode == "none":
             w, g, normed = raw, None, None
         else:
