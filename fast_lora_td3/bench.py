@@ -4,17 +4,23 @@
 n-step sampling from a real ReplayBuffer filled with random data, observation normalisation inside
 the losses, the delayed actor update every `policy_frequency` critic updates, Polyak, and on-device
 metric sums. It also counts the GEMM FLOPs of one update (torch.utils.flop_counter) and reports
-them against the measured square-matmul FLOP/s of the device. `bench replay` reports bytes per
+them against the measured square-matmul FLOP/s of the device (`gemm_fraction`) and against a
+batched GEMM of the critic's own largest layer (`gemm_fraction_shape`), same threads. `rounds=N`
+alternates every timed configuration (dense twin, LoRA, modes) and both GEMM meters in N rounds and
+reports medians, so ratios such as `lora_overhead` hold on a shared, loaded machine. `bench replay` reports bytes per
 transition against a buffer that stores next_obs explicitly, and the samples/s of `sample_nstep`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import itertools
 import json
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +82,8 @@ UPDATE_DEFAULTS: dict[str, str] = {
     "compare_dense": "true",
     "threads": "0",
     "seed": "0",
+    "rounds": "1",
+    "impls": "fast",
 }
 REPLAY_DEFAULTS: dict[str, str] = {
     "obs_dim": "123",
@@ -174,6 +182,38 @@ def gemm_gflops(device: torch.device, dtype: torch.dtype = torch.float32) -> flo
     return _GEMM_CACHE[key]
 
 
+def gemm_meter_gflops(
+    device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int, int], reps: int = 3
+) -> float:
+    """Mean GFLOP/s of `reps` batched GEMMs `[E, M, K] @ [E, K, N]` (the update's own shape class),
+    timed like the update (a mean, not a best-of), so a fraction against it is fair on a busy host."""
+    e, m, k, n = shape
+    a = torch.randn(e, m, k, device=device, dtype=dtype)
+    b = torch.randn(e, k, n, device=device, dtype=dtype)
+    torch.bmm(a, b)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        torch.bmm(a, b)
+    _sync(device)
+    return 2 * e * m * k * n * reps / (time.perf_counter() - start) / 1e9
+
+
+def _meter_shapes(opts: dict[str, str], family: str, batch: int) -> dict[str, tuple]:
+    """`square`: the 2048² (CPU) / 8192² (CUDA) GEMM of gemm_gflops; `update`: the critic's
+    largest forward GEMM at this batch (both members)."""
+    members = 2
+    if family.startswith("mlp"):
+        dims = [
+            _int(opts, "obs_dim") + _int(opts, "action_dim"),
+            *_ints(opts, "critic.hidden_dims"),
+        ]
+        k, n = max(itertools.pairwise(dims), key=lambda d: d[0] * d[1])
+    else:
+        k, n = _int(opts, "critic.width"), 4 * _int(opts, "critic.width")
+    return {"square": (1, 2048, 2048, 2048), "update": (members, batch, k, n)}
+
+
 def filled_replay(
     num_envs: int,
     capacity: int,
@@ -232,6 +272,46 @@ def count_update_flops(
             fn(batch)
         counts.append(float(counter.get_total_flops()))
     return counts[0], counts[1]
+
+
+IMPLS = ("fast", "reference")
+
+
+@contextlib.contextmanager
+def implementation(name: str) -> Iterator[None]:
+    """`fast`: the code as it is. `reference`: the pre-issue-10 update (autograd through
+    F.normalize and through the merged LoRA weight, `foreach` AdamW), so `impls=fast,reference`
+    measures both in one process, alternating in rounds (a speed A/B, never used to train)."""
+    if name == "fast":
+        yield
+        return
+    from fast_lora_td3.algos import base as algos_base
+    from fast_lora_td3.nn import layers
+    from fast_lora_td3.nn.lora import LoRALinear
+
+    def l2_apply(x: torch.Tensor, dim: int, eps: float) -> torch.Tensor:
+        return torch.nn.functional.normalize(x, p=2.0, dim=dim, eps=eps)
+
+    def lora_forward(self: LoRALinear, x: torch.Tensor) -> torch.Tensor:
+        return layers.ensemble_linear(x, self.effective_weight(), self.bias)
+
+    def foreach_adamw(
+        groups: list[dict], lr: float, betas: Any, device: torch.device
+    ) -> torch.optim.AdamW:
+        fused = device.type == "cuda"
+        return torch.optim.AdamW(
+            groups, lr=lr, betas=tuple(betas), fused=fused, foreach=None if fused else True
+        )
+
+    saved = (LoRALinear.forward, algos_base.make_adamw)
+    layers._L2Normalize.apply = l2_apply  # type: ignore[method-assign]  # shadows Function.apply
+    LoRALinear.forward = lora_forward  # type: ignore[method-assign]
+    algos_base.make_adamw = foreach_adamw
+    try:
+        yield
+    finally:
+        del layers._L2Normalize.apply  # the inherited autograd.Function.apply again
+        LoRALinear.forward, algos_base.make_adamw = saved  # type: ignore[method-assign]
 
 
 @dataclass
@@ -341,55 +421,99 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
     families = [family]
     if family in _DENSE_OF and opts["compare_dense"].lower() in ("1", "true", "yes"):
         families.insert(0, _DENSE_OF[family])
-    peak = gemm_gflops(device, torch.bfloat16 if opts["amp"] == "bf16" else torch.float32)
+    dtype = torch.bfloat16 if opts["amp"] == "bf16" else torch.float32
+    peak = gemm_gflops(device, dtype)
+    rounds = _int(opts, "rounds")
     factory = _Update(opts, device)
-    records, seconds = [], {}
+    impls = [i for i in opts["impls"].split(",") if i]
+    if not impls or any(i not in IMPLS for i in impls):
+        raise ConfigError(f"bench: impls={opts['impls']!r}: use a comma list of {', '.join(IMPLS)}")
+    runs: list[dict[str, Any]] = []  # one per (family, mode, impl), in report order
     for fam in families:
-        learner = factory.learner(fam)
-        flops_c, flops_a = count_update_flops(learner, replay.sample_nstep(batch), pf)
-        flops = flops_c + flops_a / pf
-        for mode in modes:
-            if device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]:
-                rec = {"name": "update", "critic": fam, "mode": mode, "skipped": "needs CUDA"}
-                emit(rec)
-                continue
-            run = copy.deepcopy(learner)
-            if device.type == "cuda":
+        for impl in impls:
+            with implementation(impl):
+                learner = factory.learner(fam)
+                flops_c, flops_a = count_update_flops(learner, replay.sample_nstep(batch), pf)
+            for mode in modes:
+                run = {"fam": fam, "mode": mode, "impl": impl, "step": None, "times": []}
+                if not (device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]):
+                    run["step"] = UpdateStep(copy.deepcopy(learner), **_MODE_FLAGS[mode])
+                    run["flops"] = flops_c + flops_a / pf
+                runs.append(run)
+    # Rounds alternate every (family, mode, impl) and the GEMM meters, so a ratio between any two
+    # of them compares the same stretch of a shared machine's load (medians over rounds are kept).
+    timed = [r for r in runs if r["step"] is not None]
+    meters: dict[str, list[float]] = {"square": [], "update": []}
+    shapes = _meter_shapes(opts, family, batch)
+    for r in range(rounds):
+        for run in timed:
+            if device.type == "cuda" and r == 0:
                 torch.cuda.reset_peak_memory_stats(device)
-            step = UpdateStep(run, **_MODE_FLAGS[mode])
-            sec, first = time_update(step, replay, batch, iters, warmup, pf)
-            seconds[(fam, mode)] = sec
-            rec = {
-                "name": "update",
-                "algo": opts["algo"],
-                "device": str(device)
-                if device.type == "cpu"
-                else torch.cuda.get_device_name(device),
-                "critic": fam,
-                "mode": step.mode,
-                "batch_size": batch,
-                "widths": _widths(opts, fam),
-                "obs_dim": obs,
-                "action_dim": act,
-                "num_atoms": _int(opts, "num_atoms", 2),
-                "amp": opts["amp"],
-                "updates_per_s": 1.0 / sec,
-                "samples_per_s": batch / sec,
-                "ms_per_update": 1e3 * sec,
-                "first_call_s": first,
-                "gflop_per_update": flops / 1e9,
-                "achieved_gflops": flops / sec / 1e9,
-                "device_gemm_gflops": peak,
-                "gemm_fraction": flops / sec / 1e9 / peak,
-                "threads": torch.get_num_threads(),
-            }
-            if device.type == "cuda":
-                rec["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-            dense = _DENSE_OF.get(fam)
-            if (dense, mode) in seconds:
-                rec["lora_overhead"] = sec / seconds[(dense, mode)]
-            emit(rec)
-            records.append(rec)
+            with implementation(run["impl"]):
+                sec, first = time_update(
+                    run["step"], replay, batch, iters, warmup if r == 0 else 0, pf
+                )
+            run["times"].append(sec)
+            if r == 0:
+                run["first"] = first
+                if device.type == "cuda":
+                    run["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        if rounds > 1:
+            for key, shape in shapes.items():
+                meters[key].append(gemm_meter_gflops(device, dtype, shape))
+    if rounds == 1:  # one pass: the square meter is gemm_gflops' best-of-5 (as before)
+        meters = {"square": [peak], "update": [gemm_meter_gflops(device, dtype, shapes["update"])]}
+    square, shape_peak = statistics.median(meters["square"]), statistics.median(meters["update"])
+    by_key = {(r["fam"], r["mode"], r["impl"]): r for r in timed}
+    records = []
+    for run in runs:
+        fam, mode, impl, step = run["fam"], run["mode"], run["impl"], run["step"]
+        if step is None:
+            emit({"name": "update", "critic": fam, "mode": mode, "skipped": "needs CUDA"})
+            continue
+        sec, flops = statistics.median(run["times"]), run["flops"]
+        rec = {
+            "name": "update",
+            "algo": opts["algo"],
+            "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "critic": fam,
+            "mode": step.mode,
+            "impl": impl,
+            "batch_size": batch,
+            "widths": _widths(opts, fam),
+            "obs_dim": obs,
+            "action_dim": act,
+            "num_atoms": _int(opts, "num_atoms", 2),
+            "amp": opts["amp"],
+            "updates_per_s": 1.0 / sec,
+            "samples_per_s": batch / sec,
+            "ms_per_update": 1e3 * sec,
+            "first_call_s": run["first"],
+            "gflop_per_update": flops / 1e9,
+            "achieved_gflops": flops / sec / 1e9,
+            "device_gemm_gflops": square,
+            "gemm_fraction": flops / sec / 1e9 / square,
+            "shape_gemm_gflops": shape_peak,
+            "gemm_fraction_shape": flops / sec / 1e9 / shape_peak,
+            "meter_shapes": {k: list(v) for k, v in shapes.items()},
+            "rounds": rounds,
+            "round_ms": [1e3 * t for t in run["times"]],
+            "threads": torch.get_num_threads(),
+        }
+        if "peak_mem_mb" in run:
+            rec["peak_mem_mb"] = run["peak_mem_mb"]
+        dense = by_key.get((_DENSE_OF.get(fam), mode, impl))
+        if dense is not None:
+            per_round = [a / b for a, b in zip(run["times"], dense["times"], strict=True)]
+            rec["lora_overhead_rounds"] = per_round
+            rec["lora_overhead"] = statistics.median(per_round)
+        ref = by_key.get((fam, mode, "reference"))
+        if impl != "reference" and ref is not None:
+            per_round = [b / a for a, b in zip(run["times"], ref["times"], strict=True)]
+            rec["speedup_vs_reference_rounds"] = per_round
+            rec["speedup_vs_reference"] = statistics.median(per_round)
+        emit(rec)
+        records.append(rec)
     return records
 
 

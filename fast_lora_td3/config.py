@@ -86,10 +86,12 @@ class TrainConfig:
     """Continue from the latest checkpoint of `run_dir` (or of the newest run of this task/run_name)."""
     checkpoint: str | None = None
     """Checkpoint path or run directory for `play` / `export` (and for `train resume=true`)."""
-    compile: bool = False
-    """torch.compile the update steps (eager fallback when unavailable)."""
-    cuda_graph: bool = False
-    """Capture the update step in a CUDA graph (CUDA only; ignored with a note on CPU)."""
+    compile: str = "auto"
+    """torch.compile the update steps: `auto` (on CUDA: when it passes the start-up parity check
+    against eager; on CPU: eager), `true` or `false` (a string so that Hydra takes all three)."""
+    cuda_graph: str = "auto"
+    """Capture the update step in CUDA graphs: `auto` (on CUDA: graphed first when it passes the
+    parity check, then compiled, then eager), `true` (CUDA only; a note on CPU) or `false`."""
     amp: str = "none"
     """Autocast for the update: `none` or `bf16` (fp32 master weights)."""
     verify_compile: bool = False

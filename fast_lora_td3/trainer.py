@@ -128,7 +128,11 @@ class Trainer:
             self.collector.eval_slice = SliceEvaluation(self.env, cfg.eval.num_envs)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
         self.iteration = 0
-        self._verify_pending = cfg.verify_compile and (cfg.compile or cfg.cuda_graph)
+        # An `auto` choice (mode "pending" until the first batch) runs the parity check itself.
+        self._verify_pending = cfg.verify_compile and self.update_step.mode not in (
+            "eager",
+            "pending",
+        )
         self._stop_signal: int | None = None
         self.logger: RunLogger | None = None
         self._episode_logged = False
@@ -193,7 +197,9 @@ class Trainer:
         self._verify_pending = False
         try:
             report = verify_compile(
-                self.learner, lambda: self.replay.sample_nstep(self.cfg.algo.batch_size), self.cfg
+                self.learner,
+                lambda: self.replay.sample_nstep(self.cfg.algo.batch_size),
+                self.update_step.flags,
             )
         except RuntimeError as exc:
             raise CompileMismatchError(f"verify_compile failed, refusing to train: {exc}") from None

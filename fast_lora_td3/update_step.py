@@ -20,6 +20,7 @@ import copy
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from fast_lora_td3.algos.base import OffPolicyLearner
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.update_mode import ModeFlags, mode_candidates, parse_flag, select_mode
 
 __all__ = [
     "GRAPH_IMPLS",
@@ -34,6 +36,7 @@ __all__ = [
     "all_optimizers",
     "configure_backends",
     "learner_tensors",
+    "tensor_lrs_",
     "verify_compile",
 ]
 
@@ -119,6 +122,25 @@ def make_capturable_(opt: torch.optim.Optimizer, device: torch.device) -> None:
             state["step"] = step.to(device=device, dtype=torch.float32)
 
 
+def tensor_lrs_(opt: torch.optim.Optimizer, device: torch.device) -> None:
+    """Make every LR of `opt` a 0-d tensor on `device` (schedulers then `fill_` it in place).
+
+    A Python-float LR is a constant to dynamo: every scheduler step would recompile the optimiser
+    step (issue 10). Fused AdamW and capturable Adam(W) take tensor LRs; a `foreach` one does not,
+    so it becomes capturable on CUDA and single-tensor elsewhere.
+    """
+    if device.type == "cuda" and not all(g.get("fused") for g in opt.param_groups):
+        make_capturable_(opt, device)
+        return
+    for group in opt.param_groups:
+        if not group.get("fused"):
+            group["foreach"] = False
+        if not isinstance(group["lr"], Tensor):
+            # float64 on the CPU: the fused kernel then steps exactly as with a Python-float LR
+            dtype = torch.float64 if device.type == "cpu" else torch.float32
+            group["lr"] = torch.tensor(float(group["lr"]), device=device, dtype=dtype)
+
+
 class UpdateStep:
     """Callable `(batch, do_actor) -> metrics` around a learner's critic and actor steps.
 
@@ -132,21 +154,81 @@ class UpdateStep:
         learner: OffPolicyLearner,
         cfg: Any = None,
         *,
-        compile: bool | None = None,
-        cuda_graph: bool | None = None,
+        compile: bool | str | None = None,
+        cuda_graph: bool | str | None = None,
         graph_impl: str | None = None,
         warmup: int = 3,
         backend: str | None = None,
     ) -> None:
         self.learner = learner
-        backend = backend or getattr(cfg, "compile_backend", None) or "inductor"
+        self.backend = backend or getattr(cfg, "compile_backend", None) or "inductor"
         self.device = learner.device
-        want_compile = bool(getattr(cfg, "compile", False) if compile is None else compile)
-        want_graph = bool(getattr(cfg, "cuda_graph", False) if cuda_graph is None else cuda_graph)
+        c = parse_flag("compile", getattr(cfg, "compile", False) if compile is None else compile)
+        g = parse_flag(
+            "cuda_graph", getattr(cfg, "cuda_graph", False) if cuda_graph is None else cuda_graph
+        )
         impl = graph_impl or getattr(cfg, "graph_impl", None) or "manual"
         if impl not in GRAPH_IMPLS:
             raise ConfigError(f"graph_impl={impl!r} is not valid: use one of {GRAPH_IMPLS}")
+        self.graph_impl_requested = impl
+        self.warmup = warmup
         configure_backends(self.device)
+        self.verified = False  # set when an `auto` selection ran the parity check on this mode
+        self._pending: tuple[list[ModeFlags], str] | None = None
+        self.selection = ""
+        self._first_batch: Any = None
+        if "auto" not in (c, g):
+            self._build(c == "true", g == "true")
+            return
+        candidates, why = mode_candidates(c, g, self.device, learner.grad_sync is None)
+        if len(candidates) == 1:
+            self._build(candidates[0].compile, candidates[0].cuda_graph)
+            self._report(select_mode(candidates, self._verify_mode, why, auto=True)[1])
+        else:  # the parity check needs a real batch: choose at the first call
+            self._pending = (candidates, why)
+            self.mode = "pending"
+            self.compiled = False
+
+    def _report(self, line: str) -> None:
+        self.selection = line
+        print(line, file=sys.stderr, flush=True)  # stderr: bench / device_check stdout is JSON
+
+    def _verify_mode(self, mode: ModeFlags) -> dict[str, Any]:
+        assert self._first_batch is not None
+        flags = SimpleNamespace(
+            compile=mode.compile,
+            cuda_graph=mode.cuda_graph,
+            graph_impl=self.graph_impl_requested,
+            compile_backend=self.backend,
+        )
+        return verify_compile(self.learner, lambda: self._first_batch, flags)
+
+    def _select(self, batch: Any) -> None:
+        """Run the `auto` chain on copies of the learner with this batch, then build the mode."""
+        assert self._pending is not None
+        candidates, why = self._pending
+        self._first_batch = _clone_batch(batch)
+        try:
+            mode, line = select_mode(candidates, self._verify_mode, why, auto=True)
+        finally:
+            self._first_batch = None
+        self._pending = None
+        self._build(mode.compile, mode.cuda_graph)
+        self.verified = mode.name != "eager"
+        self._report(line)
+
+    @property
+    def flags(self) -> SimpleNamespace:
+        """The resolved flags (for verify_compile): compile, cuda_graph, graph_impl, backend."""
+        return SimpleNamespace(
+            compile=self.compiled and self.mode != "reduce_overhead",
+            cuda_graph=self.graph_impl is not None,
+            graph_impl=self.graph_impl_requested,
+            compile_backend=self.backend,
+        )
+
+    def _build(self, want_compile: bool, want_graph: bool) -> None:
+        learner, impl, backend = self.learner, self.graph_impl_requested, self.backend
         if want_compile and not torch._dynamo.is_dynamo_supported():
             _note("compile=true: torch.compile is not supported here; running eager")
             want_compile = False
@@ -157,7 +239,6 @@ class UpdateStep:
             _note("cuda_graph=true with data-parallel gradient sync: not capturing")
             want_graph = False
         self.graph_impl = impl if want_graph else None
-        self.warmup = warmup
         critic_fn: Callable[[Any], dict[str, Tensor]] = learner.critic_update
         actor_fn: Callable[[Any], dict[str, Tensor]] = learner.actor_step
         if want_graph and impl == "reduce_overhead":
@@ -176,6 +257,9 @@ class UpdateStep:
         else:
             self.mode = "graphed" if want_graph else "eager"
         self.compiled = want_compile or self.mode == "reduce_overhead"
+        if self.compiled:
+            for opt in all_optimizers(learner):
+                tensor_lrs_(opt, self.device)
         self._critic_fn, self._actor_fn = critic_fn, actor_fn
         self._static: Any = None
         self._graphs: dict[str, tuple[torch.cuda.CUDAGraph, dict[str, Tensor]]] = {}
@@ -183,6 +267,8 @@ class UpdateStep:
     # -- calling ------------------------------------------------------------------------------
     def __call__(self, batch: Any, do_actor: bool) -> dict[str, Tensor]:
         """One critic update, then an actor update when `do_actor` (a host-side schedule)."""
+        if self._pending is not None:
+            self._select(batch)
         if self.mode == "graphed":
             metrics = self._graphed(batch, do_actor)
         else:

@@ -12,6 +12,11 @@ script goes on; parts that would overrun `--budget-s` print `{"skipped": "time b
   GEMM GFLOP/s, peak memory; timed with replay sampling, delayed actor updates, Polyak), and
   `sync_debug` (the step under torch.cuda.set_sync_debug_mode("error")).
 * `lora_ratio`: simbav2_lora / simbav2 time per update, per mode (target ≤ 1.05).
+* `auto_select` (runs first, issue 10): the G1 FastTD3-LoRA preset's update (simbav2_lora, b8192,
+  amp bf16) with `compile=auto cuda_graph=auto`, and with `cuda_graph=false`: the mode the
+  start-up parity check chose (graphed → compiled → eager), its one-line reason, the seconds the
+  choice took, and updates/s of the chosen step. `--cpu-smoke` runs the same chain with the
+  candidates (compiled, eager) — graphs need CUDA — and the aot_eager backend.
 
 `--cpu-smoke` runs the same code paths with tiny sizes on CPU (compile backend aot_eager).
 """
@@ -25,12 +30,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fast_lora_td3 import update_step
 from fast_lora_td3.bench import (
     _MODE_FLAGS,
     UPDATE_DEFAULTS,
@@ -40,6 +47,7 @@ from fast_lora_td3.bench import (
     gemm_gflops,
     time_update,
 )
+from fast_lora_td3.update_mode import ModeFlags
 from fast_lora_td3.update_step import (
     BATCH_FIELDS,
     UpdateStep,
@@ -183,6 +191,41 @@ def sync_debug(step: UpdateStep, batches: list[Any], name: str, mode: str) -> No
     emit({"part": "sync_debug", "config": name, "mode": mode, "ok": True})
 
 
+def auto_select(ctx: dict[str, Any], smoke: bool) -> None:
+    """The automatic mode choice exactly as `fast-lora-td3 train` makes it (UpdateStep, auto)."""
+    device = ctx["device"]
+    opts = {**UPDATE_DEFAULTS, **REFERENCE, "critic": "simbav2_lora", "batch_size": "8192"}
+    opts["amp"] = "bf16" if device.type == "cuda" else "none"
+    if smoke:
+        opts.update(SMOKE)
+        # CPU: `auto` is eager, so run the CUDA chain without graphs (they need CUDA).
+        update_step.mode_candidates = lambda *a, **k: (
+            [ModeFlags(True, False), ModeFlags(False, False)],
+            "cpu-smoke: the CUDA candidates without graphs",
+        )
+    replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                           int(opts["action_dim"]), device, n_step=8)  # fmt: skip
+    batch_size, pf = int(opts["batch_size"]), int(opts["policy_frequency"])
+    for graph in ("auto",) if smoke else ("auto", "false"):
+        part = {"part": "auto_select", "compile": "auto", "cuda_graph": graph}
+        if time.perf_counter() > ctx["deadline"]:
+            emit({**part, "skipped": "time budget"})
+            continue
+
+        def one(graph: str = graph, part: dict = part) -> None:
+            learner = _Update(opts, device).learner("simbav2_lora")
+            cfg = SimpleNamespace(compile="auto", cuda_graph=graph, compile_backend=ctx["backend"])
+            step = UpdateStep(learner, cfg)
+            t0 = time.perf_counter()
+            step(replay.sample_nstep(batch_size), do_actor=False)
+            choose_s = time.perf_counter() - t0
+            sec, _ = time_update(step, replay, batch_size, ctx["iters"], ctx["warmup"], pf)
+            emit({**part, "mode": step.mode, "verified": step.verified, "line": step.selection,
+                  "choose_s": choose_s, "updates_per_s": 1 / sec})  # fmt: skip
+
+        guarded(part, one)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, run every part within the time budget, print JSON lines."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     env["gemm_gflops_bf16"] = guarded({"part": "env"}, lambda: gemm_gflops(device, torch.bfloat16))
     emit(env)
     only = {c for c in ns.only.split(",") if c}
+    if not only or "auto_select" in only:
+        auto_select(ctx, ns.cpu_smoke)
     for name, over, modes in CONFIGS:
         if only and name not in only:
             continue

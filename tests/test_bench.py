@@ -57,6 +57,39 @@ def test_bench_update_prints_json_lines_with_required_keys(algo, capsys) -> None
     assert lora["lora_overhead"] == pytest.approx(ratio)
 
 
+def test_bench_update_rounds_alternate_and_report_medians(capsys) -> None:
+    run_bench(["update", "critic=simbav2_lora", "rounds=3", *TINY])
+    dense, lora = _lines(capsys)
+    for rec in (dense, lora):
+        assert rec["rounds"] == 3 and len(rec["round_ms"]) == 3
+        assert rec["ms_per_update"] == pytest.approx(sorted(rec["round_ms"])[1])
+        assert rec["gemm_fraction_shape"] == pytest.approx(
+            rec["achieved_gflops"] / rec["shape_gemm_gflops"]
+        )
+    assert rec["meter_shapes"]["update"] == [2, 16, 8, 32]  # members, batch, width, 4·width
+    per_round = [a / b for a, b in zip(lora["round_ms"], dense["round_ms"], strict=True)]
+    assert lora["lora_overhead_rounds"] == pytest.approx(per_round)
+    assert lora["lora_overhead"] == pytest.approx(sorted(per_round)[1])
+
+
+def test_bench_update_impls_alternate_fast_and_reference_in_one_process(capsys) -> None:
+    run_bench(["update", "critic=simbav2_lora", "impls=fast,reference", "rounds=2", *TINY])
+    lines = _lines(capsys)
+    assert [(r["critic"], r["impl"]) for r in lines] == [
+        ("simbav2", "fast"),
+        ("simbav2", "reference"),
+        ("simbav2_lora", "fast"),
+        ("simbav2_lora", "reference"),
+    ]
+    fast, ref = lines[2], lines[3]
+    per_round = [b / a for a, b in zip(fast["round_ms"], ref["round_ms"], strict=True)]
+    assert fast["speedup_vs_reference_rounds"] == pytest.approx(per_round)
+    assert "speedup_vs_reference" not in ref
+    dense_ref = lines[1]  # LoRA overhead within the same implementation
+    ratios = [a / b for a, b in zip(ref["round_ms"], dense_ref["round_ms"], strict=True)]
+    assert ref["lora_overhead"] == pytest.approx(sum(ratios) / 2)  # the median of two rounds
+
+
 def test_bench_update_graph_modes_are_skipped_on_cpu(capsys) -> None:
     run_bench(["update", "critic=mlp", "modes=eager,graphed", "compare_dense=false", *TINY])
     lines = _lines(capsys)
@@ -119,7 +152,7 @@ def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
 
 def test_device_check_cpu_smoke_exercises_every_part() -> None:
     cmd = [sys.executable, str(ROOT / "scripts/device_check.py"), "--cpu-smoke"]
-    cmd += ["--only", "td3_simbav2_lora,td3_simbav2_dense"]
+    cmd += ["--only", "auto_select,td3_simbav2_lora,td3_simbav2_dense"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     lines = [json.loads(line) for line in out.strip().splitlines()]
     assert not [r for r in lines if "error" in r], lines
@@ -127,5 +160,8 @@ def test_device_check_cpu_smoke_exercises_every_part() -> None:
     assert ("env", None) in parts and ("done", None) in parts
     assert {("update", "eager"), ("update", "compiled"), ("parity", "compiled")} <= parts
     assert ("lora_ratio", "eager") in parts
+    auto = next(r for r in lines if r["part"] == "auto_select")  # the default mode choice
+    assert auto["mode"] == "compiled" and auto["verified"] and auto["updates_per_s"] > 0
+    assert auto["line"].startswith("update step: compiled (") and "parity check" in auto["line"]
     parity = next(r for r in lines if r["part"] == "parity")
     assert parity["max_metric_rel_diff"] < 1e-3 and parity["max_update_rel_err"] < 1e-2

@@ -318,3 +318,92 @@ def test_forward_and_project_trace_without_graph_breaks() -> None:
     project()
     norms = _row_norms(layer.effective_weight())
     torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)
+
+
+def _reference_linear(x, base, a, b, bias, rows, scaling, mode):
+    """Autograd through the merged weight (the pre-issue-10 forward)."""
+    from fast_lora_td3.nn.layers import ensemble_linear, l2_normalize
+
+    w = base + scaling * (b.transpose(-1, -2) @ a.transpose(-1, -2))
+    if mode == "forward":
+        w = l2_normalize(w)
+    elif mode == "project":
+        w = torch.where(rows.unsqueeze(-1), l2_normalize(w), w)
+    return ensemble_linear(x, w, bias)
+
+
+@pytest.mark.parametrize("mode", ["none", "forward", "project"])
+@pytest.mark.parametrize(
+    ("ensemble_size", "x_shape"),
+    [(None, (5, 7)), (None, (2, 5, 7)), (3, (5, 7)), (3, (3, 5, 7))],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_low_rank_backward_matches_autograd_through_merged_weight(
+    mode: str, ensemble_size: int | None, x_shape: tuple, bias: bool
+) -> None:
+    """Issue 10: the adapter gradients skip the full dW; values and gradients must not change
+    (float64 against autograd through the merged weight, and torch.autograd.gradcheck)."""
+    from fast_lora_td3.nn.lora_autograd import lora_linear
+
+    torch.manual_seed(11)
+    lead, d = (() if ensemble_size is None else (ensemble_size,)), torch.float64
+    x = torch.randn(*x_shape, dtype=d, requires_grad=True)
+    base = torch.randn(*lead, 6, 7, dtype=d) * 0.3
+    a = torch.randn(*lead, 7, 2, dtype=d, requires_grad=True)
+    b = torch.randn(*lead, 2, 6, dtype=d, requires_grad=True)
+    shape = (6,) if ensemble_size is None else (ensemble_size, 1, 6)
+    c = torch.randn(*shape, dtype=d, requires_grad=True) if bias else None
+    rows = torch.arange(6).expand(*lead, 6) % 2 == 0  # half the rows normalised in "project"
+    args = (x, base, a, b, c, rows, 0.7, mode)
+    out, ref = lora_linear(*args), _reference_linear(*args)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    inputs = [t for t in (x, a, b, c) if t is not None]
+    grad_out = torch.randn_like(out)
+    for got, want in zip(
+        torch.autograd.grad(out, inputs, grad_out),
+        torch.autograd.grad(ref, inputs, grad_out),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *t: lora_linear(*t, rows, 0.7, mode), (x, base, a, b, c))
+
+
+def test_layer_forward_without_adapter_grads_gives_input_grad_only() -> None:
+    """The actor update runs the critic with detached adapters: only dx flows."""
+    torch.manual_seed(12)
+    layer = LoRALinear(8, 6, rank=2, ensemble_size=2, weight_norm="project")
+    x = torch.randn(4, 8, requires_grad=True)
+    params = {n: p.detach() for n, p in layer.named_parameters()}
+    params.update(dict(layer.named_buffers()))
+    y = torch.func.functional_call(layer, params, (x,))
+    (dx,) = torch.autograd.grad(y.sum(), x)
+    ref = torch.autograd.grad(
+        ensemble_linear_ref(x, layer.effective_weight().detach(), layer.bias.detach()).sum(), x
+    )[0]
+    torch.testing.assert_close(dx, ref)
+
+
+def ensemble_linear_ref(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("bi,eoi->ebo", x, w) + bias
+
+
+def test_project_mode_without_flagged_rows_skips_exactly_on_cpu() -> None:
+    """Eager CPU skips the fallback work when no row is flagged: same values and gradients."""
+    from fast_lora_td3.nn.lora_autograd import lora_linear, none_flagged
+
+    torch.manual_seed(13)
+    d = torch.float64
+    x = torch.randn(2, 5, 7, dtype=d, requires_grad=True)
+    base = torch.randn(2, 6, 7, dtype=d) * 0.3
+    a = torch.randn(2, 7, 2, dtype=d, requires_grad=True)
+    b = torch.randn(2, 2, 6, dtype=d, requires_grad=True)
+    rows = torch.zeros(2, 6, dtype=torch.bool)
+    assert none_flagged(rows) and not none_flagged(rows | (torch.arange(6) == 3))
+    args = (x, base, a, b, None, rows, 0.7, "project")
+    out, ref = lora_linear(*args), _reference_linear(*args)
+    assert torch.equal(out, ref)
+    grad_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, a, b), grad_out)
+    want = torch.autograd.grad(ref, (x, a, b), grad_out)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

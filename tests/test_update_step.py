@@ -8,6 +8,7 @@ generation). FAST_LORA_TD3_ALL_COMPILE=1 runs inductor for every algorithm × fa
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from test_algos import bandit_batch, make
 
 import fast_lora_td3.update_step as us
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.update_mode import mode_candidates, parse_flag, select_mode
 from fast_lora_td3.update_step import UpdateStep, make_capturable_, verify_compile
 
 FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
@@ -163,3 +165,217 @@ def test_make_capturable_gives_tensor_lr_that_schedulers_update_in_place() -> No
     assert opt.param_groups[0]["lr"] is lr  # the tensor a captured graph reads
     expected = 1e-4 + (1e-3 - 1e-4) * (1 + torch.cos(torch.tensor(torch.pi / 10))) / 2
     assert torch.allclose(lr, expected.to(lr.dtype), rtol=1e-5)
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+@pytest.mark.parametrize("algo", ["fasttd3", "fastsac"])
+def test_compiled_steps_under_cosine_schedule_do_not_recompile(algo: str) -> None:
+    """Issue 10, defect 3: a Python-float LR changed by the scheduler every step recompiled the
+    optimiser step each time (until the recompile limit fell back to eager)."""
+    from test_algos import ACT, OBS, small_actor, small_critic
+
+    from fast_lora_td3.algos import AlgoConfig, make_learner
+
+    torch.manual_seed(4)
+    algo_cfg = AlgoConfig(name=algo, num_atoms=51, v_min=-5.0, v_max=5.0, lr_min=1e-5)
+    learner = make_learner(
+        algo_cfg, small_critic("mlp"), small_actor(), OBS, OBS, ACT, "cpu", total_iterations=50
+    )
+    assert learner.schedulers
+    torch._dynamo.reset()
+    step = UpdateStep(learner, SimpleNamespace(compile=True, compile_backend="aot_eager"))
+    lrs = []
+    for i in range(2):  # the first critic and the first actor update compile their graphs
+        step(batches(), do_actor=i % 2 == 1)
+        learner.step_schedulers()
+    graphs = _unique_graphs()
+    assert graphs > 0, "dynamo compiled nothing: the check would be vacuous"
+    for i in range(6):
+        step(batches(), do_actor=i % 2 == 1)
+        learner.step_schedulers()
+        lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
+    assert _unique_graphs() == graphs, "a learning-rate change recompiled the update"
+    assert all(b < a for a, b in itertools.pairwise(lrs)), lrs  # the schedule did move the LR
+    for opt in us.all_optimizers(learner):
+        assert all(isinstance(g["lr"], torch.Tensor) for g in opt.param_groups)
+
+
+def test_fused_adamw_matches_foreach_adamw() -> None:
+    """make_adamw picks the fused kernel on CPU too: same math as the `foreach` one."""
+    from fast_lora_td3.algos.common import make_adamw
+
+    torch.manual_seed(5)
+    params = [torch.nn.Parameter(torch.randn(7, 5)) for _ in range(3)]
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    fused = make_adamw(
+        [{"params": params, "weight_decay": 0.1}], 1e-2, (0.9, 0.95), torch.device("cpu")
+    )
+    ref = torch.optim.AdamW(
+        [{"params": copies, "weight_decay": 0.1}], lr=1e-2, betas=(0.9, 0.95), foreach=True
+    )
+    assert fused.param_groups[0]["fused"]
+    for _ in range(5):
+        grads = [torch.randn_like(p) for p in params]
+        for p, q, g in zip(params, copies, grads, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        ref.step()
+    for p, q in zip(params, copies, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_loading_a_checkpoint_keeps_the_tensor_lr_a_compiled_step_reads() -> None:
+    torch.manual_seed(6)
+    saved = make("fasttd3", "mlp", lr_min=1e-5)  # float LRs (an eager run's checkpoint)
+    saved.critic_optimizer.param_groups[0]["lr"] = 2e-4
+    learner = make("fasttd3", "mlp")
+    UpdateStep(learner, SimpleNamespace(compile=True, compile_backend="aot_eager"))
+    lr = learner.critic_optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor)
+    learner.load_state_dict(saved.state_dict())
+    group = learner.critic_optimizer.param_groups[0]
+    assert group["lr"] is lr and float(lr) == pytest.approx(2e-4)
+    assert group["fused"]
+
+
+# -- the automatic mode choice (issue 10: the fast path by default) ---------------------------
+CUDA = torch.device("cuda")  # mode_candidates only reads device.type: no GPU is needed
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "auto"), ("auto", "auto"), (True, "true"), (False, "false"), ("False", "false"),
+     ("TRUE", "true"), ("0", "false")],
+)  # fmt: skip
+def test_parse_flag_takes_bools_and_hydra_strings(value, expected) -> None:
+    assert parse_flag("compile", value) == expected
+
+
+def test_parse_flag_rejects_other_values_with_one_line_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"compile='maybe' is not valid: use compile=auto"):
+        parse_flag("compile", "maybe")
+
+
+@pytest.mark.parametrize(
+    ("compile_", "graph", "names"),
+    [
+        ("auto", "auto", ["graphed", "compiled", "eager"]),
+        ("auto", "false", ["compiled", "eager"]),
+        ("false", "auto", ["graphed_eager", "eager"]),
+        ("false", "false", ["eager"]),
+        ("true", "auto", ["graphed", "compiled"]),
+        ("auto", "true", ["graphed", "graphed_eager"]),
+        ("true", "false", ["compiled"]),
+    ],
+)
+def test_cuda_candidates_fastest_first_and_explicit_false_wins(compile_, graph, names) -> None:
+    candidates, why = mode_candidates(compile_, graph, CUDA)
+    assert [m.name for m in candidates] == names
+    assert f"compile={compile_}" in why and f"cuda_graph={graph}" in why
+
+
+def test_no_graph_candidates_with_data_parallel_sync() -> None:
+    candidates, why = mode_candidates("auto", "auto", CUDA, can_graph=False)
+    assert [m.name for m in candidates] == ["compiled", "eager"] and "data-parallel" in why
+
+
+def test_cpu_auto_is_eager_and_explicit_true_still_compiles() -> None:
+    cpu = torch.device("cpu")
+    assert [m.name for m in mode_candidates("auto", "auto", cpu)[0]] == ["eager"]
+    assert [m.name for m in mode_candidates("true", "auto", cpu)[0]] == ["compiled"]
+
+
+def _verifier(failing: set[str]):
+    calls = []
+
+    def verify(mode):
+        calls.append(mode.name)
+        if mode.name in failing:
+            raise RuntimeError(f"verify_compile: {mode.name} update differs from eager: boom\nmore")
+        return {"verified": True, "max_update_rel_err": 1e-7}
+
+    return verify, calls
+
+
+@pytest.mark.parametrize(
+    ("failing", "chosen"),
+    [(set(), "graphed"), ({"graphed"}, "compiled"), ({"graphed", "compiled"}, "eager")],
+)
+def test_selection_falls_back_graphed_compiled_eager_with_one_line(failing, chosen) -> None:
+    candidates, why = mode_candidates("auto", "auto", CUDA)
+    verify, calls = _verifier(failing)
+    mode, line = select_mode(candidates, verify, why, auto=True)
+    assert mode.name == chosen
+    assert calls == [m.name for m in candidates if m.name != "eager"][: len(failing) + 1]
+    assert "\n" not in line and line.startswith(f"update step: {chosen} (on cuda")
+    for name in failing:
+        assert f"{name} failed: RuntimeError: verify_compile: {name} update differs" in line
+    if chosen != "eager":
+        assert "passed the parity check" in line
+
+
+def test_selection_without_eager_raises_when_every_mode_fails() -> None:
+    candidates, why = mode_candidates("true", "auto", CUDA)
+    verify, _ = _verifier({"graphed", "compiled"})
+    with pytest.raises(RuntimeError, match="no update mode passed"):
+        select_mode(candidates, verify, why, auto=True)
+
+
+def test_update_step_auto_on_cpu_is_eager_with_one_line(capsys) -> None:
+    step = UpdateStep(make(), SimpleNamespace(compile="auto", cuda_graph="auto"))
+    assert step.mode == "eager"
+    out = capsys.readouterr().err.strip().splitlines()
+    assert out == [step.selection]
+    assert out[0].startswith("update step: eager (on cpu") and "compile=auto means eager" in out[0]
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failure(
+    monkeypatch, capsys, broken: bool
+) -> None:
+    """The real pending path: candidates (compiled, eager) as on a CUDA machine with
+    cuda_graph=false; a compiler that corrupts the update fails the check and eager is used."""
+    from fast_lora_td3.update_mode import ModeFlags
+
+    def candidates(*_a, **_k):
+        return [ModeFlags(True, False), ModeFlags(False, False)], "on cuda with compile=auto"
+
+    def noisy(learner) -> None:
+        with torch.no_grad():
+            for p in learner.critic_params:
+                p.add_(torch.randn_like(p) * 1e-2)
+
+    monkeypatch.setattr(us, "mode_candidates", candidates)
+    monkeypatch.setattr(us.torch, "compile", _fake_compile(after=noisy if broken else None))
+    learner = make("fasttd3", "mlp")
+    step = UpdateStep(learner, SimpleNamespace(compile="auto", cuda_graph="false"))
+    assert step.mode == "pending" and capsys.readouterr().err == ""
+    metrics = step(batches(), do_actor=False)
+    assert "critic_loss" in metrics and learner.num_critic_updates == 1
+    out = capsys.readouterr().err.strip().splitlines()
+    assert len(out) == 1
+    if broken:
+        assert step.mode == "eager" and not step.verified
+        assert (
+            out[0].startswith("update step: eager (") and "compiled failed: RuntimeError" in out[0]
+        )
+    else:
+        assert step.mode == "compiled" and step.verified
+        assert out[0].startswith("update step: compiled (") and "passed the parity check" in out[0]
+
+
+def test_train_config_defaults_to_auto_and_hydra_false_is_explicit() -> None:
+    from fast_lora_td3.cli import compose_config
+
+    cfg = compose_config([])
+    assert (cfg.compile, cfg.cuda_graph) == ("auto", "auto")
+    cfg = compose_config(["compile=false", "cuda_graph=true"])
+    assert parse_flag("compile", cfg.compile) == "false"
+    assert parse_flag("cuda_graph", cfg.cuda_graph) == "true"
+    preset = compose_config(["experiment=g1_flat_fasttd3_lora"])
+    assert (preset.compile, preset.cuda_graph) == ("auto", "auto")

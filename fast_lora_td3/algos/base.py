@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from fast_lora_td3.algos.common import (
     PolyakUpdater,
     adapter_norms,
+    load_optimizer_state_,
     make_adamw,
     make_target,
     param_groups,
@@ -232,7 +233,7 @@ class OffPolicyLearner(ABC):
         for k, m in self.modules().items():
             m.load_state_dict(state[k])
         for k, o in self.optimizers().items():
-            o.load_state_dict(state[k])
+            load_optimizer_state_(o, state[k])
         for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(sd)
         self.num_critic_updates = int(state["num_critic_updates"])

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from fast_lora_td3.nn.layers import EnsembleLayerNorm
 from fast_lora_td3.nn.lora import (
@@ -115,11 +116,42 @@ def param_groups(
 def make_adamw(
     groups: list[dict], lr: float, betas: Iterable[float], device: torch.device
 ) -> torch.optim.AdamW:
-    """AdamW, fused where the device supports it (CUDA), `foreach` otherwise."""
-    fused = device.type == "cuda"
+    """AdamW with the fused kernel where the device has one (CUDA and CPU: one pass over each
+    tensor instead of a dozen `_foreach` passes, ~10x faster on CPU), `foreach` otherwise."""
+    fused = device.type in _get_fused_kernels_supported_devices()
     return torch.optim.AdamW(
         groups, lr=lr, betas=tuple(betas), fused=fused, foreach=None if fused else True
     )
+
+
+# Implementation flags of an optimiser group: properties of this run's update mode, not of the
+# checkpoint an optimiser state came from.
+_IMPL_KEYS = ("fused", "foreach", "capturable")
+
+
+def load_optimizer_state_(opt: torch.optim.Optimizer, state: dict) -> None:
+    """`opt.load_state_dict(state)`, keeping this run's implementation flags and LR tensors.
+
+    A tensor LR (compiled / captured update steps) stays the same tensor object, filled with the
+    loaded value, so compiled code and captured graphs keep reading it; a float LR stays a float.
+    """
+    before = [{k: g[k] for k in ("lr", *_IMPL_KEYS) if k in g} for g in opt.param_groups]
+    opt.load_state_dict(state)
+    for group, old in zip(opt.param_groups, before, strict=True):
+        group.update({k: old[k] for k in _IMPL_KEYS if k in old})
+        lr, old_lr = group["lr"], old["lr"]
+        if isinstance(old_lr, torch.Tensor):
+            old_lr.fill_(float(lr))
+            group["lr"] = old_lr
+        else:
+            group["lr"] = float(lr)
+        capturable = group.get("capturable") or group.get("fused")
+        for p in group["params"]:
+            step = opt.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                # fused / capturable kernels read the step on the parameter's device, others on CPU
+                where = p.device if capturable else torch.device("cpu")
+                opt.state[p]["step"] = step.to(device=where, dtype=torch.float32)
 
 
 def effective_rank(weight: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ With `ensemble_size=None` the shapes are those of `nn.Linear` (`[out, in]`, `[ou
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +42,37 @@ def ensemble_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     return y if bias is None else y + bias
 
 
+class _L2Normalize(torch.autograd.Function):
+    """`y = x / max(‖x‖, eps)` with a one-pass backward `dx = (dy − y·⟨y, dy⟩) / ‖x‖`.
+
+    Autograd through `F.normalize` runs the division's and the norm's backward separately (about
+    twice the full-size passes); SimbaV2 normalises every activation, so this is a large share of
+    its elementwise work on CPU (issue 10). Rows with ‖x‖ ≤ eps are divided by eps (no normal term).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, dim: int, eps: float) -> Tensor:
+        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+        denom = norm.clamp_min(eps)
+        y = x / denom
+        ctx.dim = dim
+        ctx.save_for_backward(y, denom, norm > eps)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None, None]:
+        y, denom, normal = ctx.saved_tensors
+        dot = (y * dy).sum(ctx.dim, keepdim=True) * normal
+        return torch.addcmul(dy, y, dot, value=-1.0).div_(denom), None, None
+
+
 def l2_normalize(x: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:
-    """Scale `x` to unit L2 norm along `dim` (`x / max(‖x‖, eps)`, so zero vectors stay zero)."""
+    """Scale `x` to unit L2 norm along `dim` (`x / max(‖x‖, eps)`, so zero vectors stay zero).
+
+    Same values as `F.normalize`; with a gradient, the fused backward of `_L2Normalize`.
+    """
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _L2Normalize.apply(x, dim, eps)
     return F.normalize(x, p=2.0, dim=dim, eps=eps)
 
 

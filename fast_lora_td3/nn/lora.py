@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.layers import _bias_shape, _weight_shape, ensemble_linear, l2_normalize
+from fast_lora_td3.nn.lora_autograd import lora_linear, none_flagged
 
 __all__ = [
     "LORA_INITS",
@@ -173,14 +174,29 @@ class LoRALinear(nn.Module):
             w = torch.baddbmm(self.base_weight, b_t, a_t, alpha=self.scaling)
         if self.weight_norm == "forward":
             return l2_normalize(w)
-        if self.weight_norm == "project":
+        if self.weight_norm == "project" and not none_flagged(self.fallback_rows):
             # Branch-free fallback: flagged rows (no LoRA-WN root) are normalised here instead.
             return torch.where(self.fallback_rows.unsqueeze(-1), l2_normalize(w), w)
         return w
 
     def forward(self, x: Tensor) -> Tensor:
-        """`[B, in]` or `[E, B, in]` → `[E, B, out]` (or `[..., out]` without an ensemble axis)."""
-        return ensemble_linear(x, self.effective_weight(), self.bias)
+        """`[B, in]` or `[E, B, in]` → `[E, B, out]` (or `[..., out]` without an ensemble axis).
+
+        One GEMM with the merged weight; the adapters' gradients take the low-rank path
+        (nn/lora_autograd.py), so the backward never forms the full `dW` of the frozen base.
+        """
+        if self.merged:
+            return ensemble_linear(x, self.base_weight, self.bias)
+        return lora_linear(
+            x,
+            self.base_weight,
+            self.lora_A,
+            self.lora_B,
+            self.bias,
+            self.fallback_rows,
+            self.scaling,
+            self.weight_norm,
+        )
 
     @torch.no_grad()
     def project_(self) -> None:
