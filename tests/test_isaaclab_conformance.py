@@ -8,20 +8,14 @@ to PyPI these tests skip (and say so).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "isaaclab_conformance", REPO / "scripts" / "isaaclab_conformance.py"
-)
-conformance = importlib.util.module_from_spec(_spec)
-sys.modules["isaaclab_conformance"] = conformance
-_spec.loader.exec_module(conformance)
+conformance = load_script("isaaclab_conformance")
 
 ENV = "isaaclab.envs.manager_based_rl_env:ManagerBasedRLEnv"
 G1 = "isaaclab_tasks.manager_based.locomotion.velocity.config.g1"

@@ -3,25 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from cli_helpers import load_script
 from test_envs_isaaclab import _App, _StandInEnv
 
 import fast_lora_td3.envs as envs
 from fast_lora_td3.envs import EnvConfig
 from fast_lora_td3.envs.isaaclab_env import IsaacLabVecEnv
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "isaaclab_smoke", REPO / "scripts" / "isaaclab_smoke.py"
-)
-smoke = importlib.util.module_from_spec(_spec)
-sys.modules["isaaclab_smoke"] = smoke
-_spec.loader.exec_module(smoke)
+smoke = load_script("isaaclab_smoke")
 
 # The stand-in's policy column 1 is episode_length_buf / 100 (time limit: 5 steps).
 CLOCK = smoke.ClockCheck(slice(1, 2), None, torch.tensor([0.05]), torch.tensor([0.0]))

@@ -69,9 +69,10 @@ class _L2Normalize(torch.autograd.Function):
 def l2_normalize(x: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:
     """Scale `x` to unit L2 norm along `dim` (`x / max(‖x‖, eps)`, so zero vectors stay zero).
 
-    Same values as `F.normalize`; with a gradient, the fused backward of `_L2Normalize`.
+    Same values as `F.normalize`; with a gradient, the fused backward of `_L2Normalize` (never
+    while tracing for export: a traced graph must not depend on the grad mode of the trace).
     """
-    if torch.is_grad_enabled() and x.requires_grad:
+    if torch.is_grad_enabled() and x.requires_grad and not torch.jit.is_tracing():
         return _L2Normalize.apply(x, dim, eps)
     return F.normalize(x, p=2.0, dim=dim, eps=eps)
 
