@@ -201,6 +201,11 @@ class DistributedContext:
         torch.save({k: v.detach().cpu() for k, v in module_tensors(modules).items()}, path)
         return path
 
+    def barrier(self) -> None:
+        """Wait for every rank (no-op on one process): ranks then tear the group down together."""
+        if self.enabled:
+            dist.barrier()
+
     def shutdown(self) -> None:
         """Destroy the process group (if this process made one)."""
         if self.enabled and dist.is_initialized():

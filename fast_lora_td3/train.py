@@ -122,6 +122,9 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
                 f"{k}={row[k]:.4g}" for k in ("eval_return", "episode_return") if k in row
             )
             print(f"done: {run_dir} ({summary})", flush=True)
+        # Rank 0 exports while the others would already destroy the group: a gloo peer torn down
+        # mid-export aborted once ("terminate called without an active exception").
+        dist.barrier()
         return 0
     except Preempted as exc:
         print(f"preempted: {exc}; exit {PREEMPT_EXIT_CODE} (requeue to resume)", file=sys.stderr)
