@@ -17,7 +17,8 @@ from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 
 @dataclass
 class EvalConfig:
-    """Deterministic evaluation on separate envs (the training envs are never reset for it)."""
+    """Deterministic evaluation on separate envs (the training envs are never reset for it); on
+    Isaac Lab (one simulator per process) on the first `num_envs` training envs instead."""
 
     interval: int = 0
     """Evaluate every this many env steps summed over envs (0: only at the end of training)."""
