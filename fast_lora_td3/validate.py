@@ -10,6 +10,7 @@ from fast_lora_td3.envs.factory import check_device, validate_env_config
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.actor import validate_actor_config
 from fast_lora_td3.nn.critic import validate_critic_config
+from fast_lora_td3.update_mode import parse_flag
 
 ALGOS = (*LEARNERS, "ppo")
 
@@ -35,6 +36,8 @@ def validate(cfg: TrainConfig) -> None:
     validate_critic_config(critic)
     validate_actor_config(cfg.actor)
     _choice("amp", cfg.amp, ("none", "bf16"))
+    parse_flag("compile", cfg.compile)
+    parse_flag("cuda_graph", cfg.cuda_graph)
     _choice("logger", cfg.logger, ("tensorboard", "wandb"))
     _choice("nan_action", cfg.nan_action, ("stop", "skip"))
     _choice("algo.actor_q_reduce", algo.actor_q_reduce, ("min", "mean"))

@@ -194,3 +194,10 @@ def test_ppo_baseline_writes_same_run_layout_and_plots_with_td3(tmp_path: Path) 
     r = cli("plot", str(ppo_dir), str(td3_dir), "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 10_000
+
+
+def test_dry_run_rejects_a_bad_compile_flag(tmp_path: Path) -> None:
+    result = cli("train", *SMALL, "dry_run=true", "compile=maybe", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "compile=auto" in lines[0], result.stderr
