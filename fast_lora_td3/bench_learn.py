@@ -62,6 +62,10 @@ class TaskSpec:
     """Extra overrides of our runs (and PPO's)."""
     peer_learning_starts: int | None = None
     """SB3 learning_starts for budgets too small for the zoo's 10,000 (smoke only)."""
+    critics: tuple[str, ...] | None = None
+    """Critic families run on this task; None: the suite's."""
+    seeds: tuple[int, ...] | None = None
+    """Seeds of this task; None: the suite's (a `seeds=` argument overrides both)."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +107,21 @@ SUITES = {
         workers=2,
         note="tiny budgets: checks the machinery end to end, not learning",
     ),
-    # Estimated ~3 h with workers=2 on an otherwise idle 2-core machine (from the presets' sanity-run
-    # rates; not yet run end to end). SB3's one update per env step is the largest share.
+    # ~2 h with workers=2 on 2 cores. LoRA vs dense (all four families, 3 seeds) on HalfCheetah and
+    # Go1; Hopper and G1 run the default simbav2_lora against the peers. G1 comes first: its one long
+    # run (the 30-60 min humanoid run) overlaps the rest instead of trailing them.
     "cpu": Suite(
         name="cpu",
         tasks=(
+            TaskSpec(
+                "g1_flat_cpu",
+                128_000,
+                (32_000, 64_000, 128_000),
+                G1_THRESHOLD,
+                ("ppo",),
+                critics=("simbav2_lora",),
+                seeds=(1,),
+            ),
             TaskSpec(
                 "halfcheetah_cpu",
                 40_000,
@@ -116,6 +130,7 @@ SUITES = {
                 ("sb3_td3", "sb3_sac"),
                 "HalfCheetah-v5",
             ),
+            TaskSpec("go1_flat_cpu", 32_000, (8_000, 16_000, 32_000), GO1_THRESHOLD, ("ppo",)),
             TaskSpec(
                 "hopper_cpu",
                 40_000,
@@ -123,9 +138,9 @@ SUITES = {
                 500.0,
                 ("sb3_td3", "sb3_sac"),
                 "Hopper-v5",
+                critics=("simbav2_lora",),
+                seeds=(1, 2),
             ),
-            TaskSpec("go1_flat_cpu", 32_000, (8_000, 16_000, 32_000), GO1_THRESHOLD, ("ppo",)),
-            TaskSpec("g1_flat_cpu", 32_000, (8_000, 16_000, 32_000), G1_THRESHOLD, ("ppo",)),
         ),
         critics=CRITICS,
         seeds=(1, 2, 3),
@@ -146,13 +161,23 @@ class RunSpec:
     command: list[str] = field(default_factory=list)
 
 
+def task_methods(suite: Suite, task: TaskSpec) -> tuple[str, ...]:
+    """The critic families and peers run on `task`."""
+    return (*(suite.critics if task.critics is None else task.critics), *task.peers)
+
+
+def task_seeds(suite: Suite, task: TaskSpec) -> tuple[int, ...]:
+    """The seeds of `task`."""
+    return suite.seeds if task.seeds is None else task.seeds
+
+
 def plan_runs(suite: Suite, out: Path) -> list[RunSpec]:
     """Every (task, method, seed) of the suite with its command and run directory."""
     runs = []
     py = [sys.executable, "-m"]
     for task in suite.tasks:
-        for method in (*suite.critics, *task.peers):
-            for seed in suite.seeds:
+        for method in task_methods(suite, task):
+            for seed in task_seeds(suite, task):
                 run_dir = out / "runs" / task.preset / method / f"seed{seed}"
                 if method.startswith("sb3_"):
                     cmd = [*py, "fast_lora_td3.bench_peers", method, task.gym_id, str(seed)]
@@ -206,7 +231,7 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
     tasks: dict[str, Any] = {}
     for task in suite.tasks:
         per_method: dict[str, Any] = {}
-        for method in (*suite.critics, *task.peers):
+        for method in task_methods(suite, task):
             mine = [r for r in records if r["task"] == task.preset and r["method"] == method]
             runs = []
             for r in mine:
@@ -257,7 +282,9 @@ def run_bench_learn(args: list[str]) -> int:
         opts[key] = value
     try:
         if opts["seeds"]:
-            suite = replace(suite, seeds=tuple(int(s) for s in opts["seeds"].split(",")))
+            seeds = tuple(int(s) for s in opts["seeds"].split(","))
+            tasks = tuple(replace(t, seeds=None) for t in suite.tasks)
+            suite = replace(suite, seeds=seeds, tasks=tasks)
         workers = int(opts["workers"]) if opts["workers"] else None
     except ValueError:
         raise ConfigError("bench learn: seeds=1,2,3 and workers=N take integers") from None
