@@ -115,8 +115,8 @@ SUITES = {
         tasks=(
             TaskSpec(
                 "g1_flat_cpu",
-                128_000,
-                (32_000, 64_000, 128_000),
+                256_000,  # ~120 env steps/s on a loaded CPU: a 35-45 min run
+                (64_000, 128_000, 256_000),
                 G1_THRESHOLD,
                 ("ppo",),
                 critics=("simbav2_lora",),
