@@ -226,6 +226,13 @@ def run_suite(suite: Suite, out: Path, workers: int | None = None) -> list[dict[
         return list(pool.map(one, runs))
 
 
+def _diff_ci(per_method: dict[str, Any], lora: str, dense: str, key: str) -> list[float] | None:
+    """95 % bootstrap CI of mean(lora) − mean(dense) of a per-run number."""
+    a, b = ([r[key] for r in per_method[m]["runs"]] for m in (lora, dense))
+    ci = bench_stats.bootstrap_diff_ci(a, b)
+    return list(ci) if ci else None
+
+
 def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-run metrics from each run's metrics.jsonl and the aggregates per task and method."""
     tasks: dict[str, Any] = {}
@@ -245,12 +252,9 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
         comparisons = {}
         for lora, dense in LORA_PAIRS:
             if lora in per_method and dense in per_method:
-                a, b = (
-                    [r["final_eval_return"] for r in per_method[m]["runs"]] for m in (lora, dense)
-                )
-                ci = bench_stats.bootstrap_diff_ci(a, b)
                 comparisons[f"{lora}-{dense}"] = {
-                    "final_eval_return_diff_ci95": list(ci) if ci else None
+                    f"{key}_diff_ci95": _diff_ci(per_method, lora, dense, key)
+                    for key in ("final_eval_return", "auc_return")
                 }
         tasks[task.preset] = {
             "spec": asdict(task),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fast_lora_td3.bench_learn import SUITES, plan_runs, run_bench_learn
+from fast_lora_td3.bench_report import PLOTS
 from fast_lora_td3.cli import compose_config, main
 from fast_lora_td3.validate import validate
 
@@ -37,8 +38,11 @@ def test_smoke_suite_runs_peers_and_writes_results_table_and_plots(tmp_path: Pat
     assert "mlp_lora-mlp" in results["tasks"]["pendulum_cpu"]["lora_vs_dense"]
     table = (out / "results.md").read_text()
     assert "| sb3_td3 | 2 |" in table and "| mlp_lora | 2 |" in table
-    for png in ("curves_env_steps.png", "curves_wall_clock.png"):
-        assert (out / png).stat().st_size > 1000
+    for png in PLOTS:  # smoke has two critic families: the critic-only figures are drawn too
+        assert (out / png).stat().st_size > 1000, png
+    comparison = results["tasks"]["pendulum_cpu"]["lora_vs_dense"]["mlp_lora-mlp"]
+    assert {"final_eval_return_diff_ci95", "auc_return_diff_ci95"} <= set(comparison)
+    assert "mlp_lora-mlp: AUC difference 95 % CI" in table
     # A second invocation finds every run done and only re-aggregates.
     stamps = {p: p.stat().st_mtime for p in out.glob("runs/*/*/*/metrics.jsonl")}
     assert len(stamps) == 6
