@@ -29,10 +29,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fast_lora_td3.algos import AlgoConfig, make_learner
 from fast_lora_td3.algos.base import OffPolicyLearner
+from fast_lora_td3.compile_setup import configure_backends
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 from fast_lora_td3.replay import _OBS_DTYPES, ReplayBuffer
-from fast_lora_td3.update_step import UpdateStep, configure_backends
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
 
 __all__ = [
     "MODES",
@@ -363,13 +364,12 @@ def time_update(
     step: UpdateStep, replay: ReplayBuffer, batch_size: int, iters: int, warmup: int, pf: int
 ) -> tuple[float, float]:
     """(seconds per critic update, seconds of the first call) for the trainer's loop body."""
-    learner, device = step.learner, step.device
+    device = step.device
     sums: dict[str, torch.Tensor] = {}
 
     def one() -> None:
         batch = replay.sample_nstep(batch_size)
-        do_actor = (learner.num_critic_updates + 1) % pf == 0
-        for k, v in step(batch, do_actor).items():
+        for k, v in step(batch).items():
             sums[k] = sums[k] + v if k in sums else v.clone()
 
     start = time.perf_counter()
@@ -437,7 +437,8 @@ def bench_update(opts: dict[str, str], emit: Callable[[dict[str, Any]], None]) -
             for mode in modes:
                 run = {"fam": fam, "mode": mode, "impl": impl, "step": None, "times": []}
                 if not (device.type == "cpu" and _MODE_FLAGS[mode]["cuda_graph"]):
-                    run["step"] = UpdateStep(copy.deepcopy(learner), **_MODE_FLAGS[mode])
+                    config = UpdateStepConfig(**_MODE_FLAGS[mode], policy_frequency=pf)
+                    run["step"] = UpdateStep(copy.deepcopy(learner), config)
                     run["flops"] = flops_c + flops_a / pf
                 runs.append(run)
     # Rounds alternate every (family, mode, impl) and the GEMM meters, so a ratio between any two

@@ -28,7 +28,7 @@ from fast_lora_td3.errors import CheckpointError, ConfigError, NonFiniteError
 from fast_lora_td3.evaluation import SliceEvaluation, evaluate
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
-from fast_lora_td3.update_step import UpdateStep
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
 from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
@@ -122,7 +122,7 @@ class Trainer:
             # Every rank normalises with the global statistics of all ranks' rollouts (SPEC §9).
             self.learner.obs_normalizer.distributed = True
             self.learner.critic_obs_normalizer.distributed = True
-        self.update_step = UpdateStep(self.learner, cfg)
+        self.update_step = UpdateStep(self.learner, UpdateStepConfig.from_train_config(cfg))
         self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
         if getattr(self.env, "single_instance", False):  # Isaac Lab: no second env in-process
             self.collector.eval_slice = SliceEvaluation(self.env, cfg.eval.num_envs)
@@ -153,7 +153,8 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit (replay only when save_replay=true)."""
         state = {
-            "learner": self.learner.state_dict(),
+            # The update count (UpdateStep's) keeps its place in the learner state: same format.
+            "learner": {**self.learner.state_dict(), **self.update_step.state_dict()},
             "collector": self.collector.state_dict(),
             "iteration": self.iteration,
             "env_steps": self.env_steps,
@@ -178,6 +179,7 @@ class Trainer:
         state = self.checkpoints.load(path, map_location=self.device)
         check_compatible(state["config"], self.config_dict(), source=path)
         self.learner.load_state_dict(state["learner"])
+        self.update_step.load_state_dict(state["learner"])
         self.iteration = int(state["iteration"])
         if self.dist.enabled:
             # The checkpoint holds rank 0's envs, replay and RNG only: every rank keeps its own env
@@ -298,8 +300,7 @@ class Trainer:
                     batch = self.replay.sample_nstep(algo.batch_size)
                     tu = time.perf_counter()
                     timings["sample"] += tu - ts
-                    do_actor = (self.learner.num_critic_updates + 1) % algo.policy_frequency == 0
-                    metrics = self.update_step(batch, do_actor)
+                    metrics = self.update_step(batch)
                     timings["update"] += time.perf_counter() - tu
                     for k, v in metrics.items():
                         sums[k] = sums[k] + v if k in sums else v.clone()
@@ -341,7 +342,9 @@ class Trainer:
                     self.logger.log(row, env_steps=self.env_steps)
                 last_row = row
             if self.logger is not None and cfg.progress:
-                self.logger.update_progress(self.env_steps, updates=self.learner.num_critic_updates)
+                self.logger.update_progress(
+                    self.env_steps, updates=self.update_step.num_critic_updates
+                )
             if self.rank == 0 and (
                 (cfg.checkpoint_interval and self.iteration % cfg.checkpoint_interval == 0)
                 or is_last

@@ -1,6 +1,9 @@
-"""The update step as the trainer calls it: eager, torch.compile'd, or captured in CUDA graphs (SPEC §5).
+"""The update step as the trainer calls it: eager, torch.compile'd, or captured in CUDA graphs.
 
-Modes (from the flags `compile`, `cuda_graph` and `graph_impl`):
+The one update path: `UpdateStep(learner, UpdateStepConfig(...))(batch)` runs a critic update and,
+every `policy_frequency`-th call, an actor update, and counts the updates (checkpointed).
+
+Modes (from the config's `compile`, `cuda_graph` and `graph_impl`):
 
 * `eager`: `learner.critic_update` / `learner.actor_step` as written.
 * `compiled`: the same two functions under `torch.compile` (inductor; graph breaks at `backward`).
@@ -17,30 +20,38 @@ are static output buffers, overwritten by the next call: consume (sum, clone) th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 import warnings
-from collections.abc import Callable, Iterator
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
 from fast_lora_td3.algos.base import OffPolicyLearner
+from fast_lora_td3.compile_setup import (
+    configure_backends,
+    configure_compiler,
+    make_capturable_,
+    tensor_lrs_,
+)
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.update_mode import ModeFlags, mode_candidates, parse_flag, select_mode
+
+if TYPE_CHECKING:
+    from fast_lora_td3.config import TrainConfig
 
 __all__ = [
     "GRAPH_IMPLS",
     "UpdateStep",
-    "all_optimizers",
-    "configure_backends",
-    "learner_tensors",
-    "tensor_lrs_",
+    "UpdateStepConfig",
     "verify_compile",
 ]
 
 GRAPH_IMPLS = ("manual", "reduce_overhead")
+Flag = Literal["auto", "true", "false"]
 # Tensors of a replay sample that the losses read (ReplaySample or any object with these fields).
 BATCH_FIELDS = (
     "obs",
@@ -54,124 +65,66 @@ BATCH_FIELDS = (
 )
 
 
-def configure_backends(device: torch.device | str) -> None:
-    """TF32 matmuls / convolutions on CUDA (SPEC §2.1); nothing on CPU."""
-    if torch.device(device).type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.set_float32_matmul_precision("high")
+@dataclass(frozen=True)
+class UpdateStepConfig:
+    """How UpdateStep runs a learner's update, and when the actor updates.
 
-
-def configure_compiler() -> None:
-    """Dynamo / inductor settings every compiled update needs.
-
-    One learner's step functions share code objects with every other learner built in the process
-    (verify_compile's copies, benchmarks, tests), so the default recompile limit (8) would silently
-    fall back to eager; `fallback_random` makes compiled RNG draw the same numbers as eager, which
-    keeps the parity check meaningful.
+    The defaults run eager, with an actor update after every critic update: what a bare UpdateStep
+    (tests, benchmarks) needs. Training builds it from its TrainConfig (`from_train_config`).
     """
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
 
-    dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
-    if hasattr(dynamo_config, "recompile_limit"):
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
-    if hasattr(dynamo_config, "accumulated_recompile_limit"):
-        dynamo_config.accumulated_recompile_limit = max(
-            dynamo_config.accumulated_recompile_limit, 1024
+    compile: Flag | bool = "false"
+    """torch.compile the critic and actor steps: `auto`, `true` or `false` (a bool is taken too and
+    stored as `true` / `false`). `auto` picks the fastest mode that passes the parity check."""
+    cuda_graph: Flag | bool = "false"
+    """Capture each step in a CUDA graph: `auto`, `true` (CUDA only; a note elsewhere) or `false`."""
+    graph_impl: Literal["manual", "reduce_overhead"] = "manual"
+    """With cuda_graph: `manual` (our torch.cuda.CUDAGraph capture) or `reduce_overhead`
+    (torch.compile's cudagraph trees)."""
+    compile_backend: str = "inductor"
+    """torch.compile backend (`aot_eager` traces without generating code: fast tests)."""
+    policy_frequency: int = 1
+    """One actor update every `policy_frequency` critic updates (counted over the whole run)."""
+    warmup: int = 3
+    """Updates run (then undone) before a manual CUDA-graph capture: lazy state, workspaces."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compile", parse_flag("compile", self.compile))
+        object.__setattr__(self, "cuda_graph", parse_flag("cuda_graph", self.cuda_graph))
+        if self.graph_impl not in GRAPH_IMPLS:
+            raise ConfigError(
+                f"graph_impl={self.graph_impl!r} is not valid: use one of {GRAPH_IMPLS}"
+            )
+        if self.policy_frequency < 1:
+            raise ConfigError(
+                f"policy_frequency={self.policy_frequency} is not valid: use an integer >= 1"
+            )
+
+    @classmethod
+    def from_train_config(cls, cfg: TrainConfig) -> UpdateStepConfig:
+        """The update step of a training run: its compile / cuda_graph choice and the algorithm's
+        policy_frequency (graph_impl, backend and warm-up keep their defaults)."""
+        return cls(
+            compile=cfg.compile,
+            cuda_graph=cfg.cuda_graph,
+            policy_frequency=cfg.algo.policy_frequency,
         )
-    inductor_config.fallback_random = True
-
-
-def all_optimizers(learner: OffPolicyLearner) -> list[torch.optim.Optimizer]:
-    """Every optimiser the update steps (FastSAC's α optimiser included)."""
-    opts = list(learner.optimizers().values())
-    alpha_opt = getattr(learner, "alpha_optimizer", None)
-    if alpha_opt is not None:
-        opts.append(alpha_opt)
-    return opts
-
-
-def learner_tensors(learner: OffPolicyLearner) -> Iterator[tuple[str, Tensor]]:
-    """Every tensor an update may change: module parameters and buffers, log α, optimiser state."""
-    for mod_name, module in learner.modules().items():
-        for name, t in module.state_dict(keep_vars=True).items():
-            if isinstance(t, Tensor):
-                yield f"{mod_name}.{name}", t
-    log_alpha = getattr(learner, "log_alpha", None)
-    if isinstance(log_alpha, Tensor):
-        yield "log_alpha", log_alpha
-    for i, opt in enumerate(all_optimizers(learner)):
-        for j, state in enumerate(opt.state.values()):
-            for key, t in state.items():
-                if isinstance(t, Tensor):
-                    yield f"optimizer{i}.{j}.{key}", t
-
-
-def make_capturable_(opt: torch.optim.Optimizer, device: torch.device) -> None:
-    """Switch an Adam(W) to `capturable=True` with a tensor LR, so its step can live in a CUDA graph
-    and an LR scheduler (which `fill_`s tensor LRs in place) still reaches the captured kernels."""
-    opt.defaults["capturable"] = True
-    for group in opt.param_groups:
-        group["capturable"] = True
-        if not isinstance(group["lr"], Tensor):
-            group["lr"] = torch.tensor(float(group["lr"]), device=device)
-    for state in opt.state.values():
-        step = state.get("step")
-        if isinstance(step, Tensor) and step.device != device:
-            state["step"] = step.to(device=device, dtype=torch.float32)
-
-
-def tensor_lrs_(opt: torch.optim.Optimizer, device: torch.device) -> None:
-    """Make every LR of `opt` a 0-d tensor on `device` (schedulers then `fill_` it in place).
-
-    A Python-float LR is a constant to dynamo: every scheduler step would recompile the optimiser
-    step (issue 10). Fused AdamW and capturable Adam(W) take tensor LRs; a `foreach` one does not,
-    so it becomes capturable on CUDA and single-tensor elsewhere.
-    """
-    if device.type == "cuda" and not all(g.get("fused") for g in opt.param_groups):
-        make_capturable_(opt, device)
-        return
-    for group in opt.param_groups:
-        if not group.get("fused"):
-            group["foreach"] = False
-        if not isinstance(group["lr"], Tensor):
-            # float64 on the CPU: the fused kernel then steps exactly as with a Python-float LR
-            dtype = torch.float64 if device.type == "cpu" else torch.float32
-            group["lr"] = torch.tensor(float(group["lr"]), device=device, dtype=dtype)
 
 
 class UpdateStep:
-    """Callable `(batch, do_actor) -> metrics` around a learner's critic and actor steps.
+    """Callable `batch -> metrics`: a critic update, then an actor update on every
+    `policy_frequency`-th call.
 
-    `cfg` supplies `compile`, `cuda_graph` (and optionally `graph_impl`, "manual" or
-    "reduce_overhead"); keyword arguments override it. The learner's update counter is kept here
-    (on the host), never inside the compiled / captured functions.
+    The update counter lives here, on the host (never inside the compiled / captured functions);
+    `state_dict` / `load_state_dict` checkpoint it so a resumed run keeps the actor schedule.
     """
 
-    def __init__(
-        self,
-        learner: OffPolicyLearner,
-        cfg: Any = None,
-        *,
-        compile: bool | str | None = None,
-        cuda_graph: bool | str | None = None,
-        graph_impl: str | None = None,
-        warmup: int = 3,
-        backend: str | None = None,
-    ) -> None:
+    def __init__(self, learner: OffPolicyLearner, config: UpdateStepConfig | None = None) -> None:
         self.learner = learner
-        self.backend = backend or getattr(cfg, "compile_backend", None) or "inductor"
+        self.config = config or UpdateStepConfig()
         self.device = learner.device
-        c = parse_flag("compile", getattr(cfg, "compile", False) if compile is None else compile)
-        g = parse_flag(
-            "cuda_graph", getattr(cfg, "cuda_graph", False) if cuda_graph is None else cuda_graph
-        )
-        impl = graph_impl or getattr(cfg, "graph_impl", None) or "manual"
-        if impl not in GRAPH_IMPLS:
-            raise ConfigError(f"graph_impl={impl!r} is not valid: use one of {GRAPH_IMPLS}")
-        self.graph_impl_requested = impl
-        self.warmup = warmup
+        self.num_critic_updates = 0
+        c, g = self.config.compile, self.config.cuda_graph
         configure_backends(self.device)
         self.verified = False  # set when an `auto` selection ran the parity check on this mode
         self._pending: tuple[list[ModeFlags], str] | None = None
@@ -195,12 +148,7 @@ class UpdateStep:
 
     def _verify_mode(self, mode: ModeFlags) -> dict[str, Any]:
         assert self._first_batch is not None
-        flags = SimpleNamespace(
-            compile=mode.compile,
-            cuda_graph=mode.cuda_graph,
-            graph_impl=self.graph_impl_requested,
-            compile_backend=self.backend,
-        )
+        flags = dataclasses.replace(self.config, compile=mode.compile, cuda_graph=mode.cuda_graph)
         return verify_compile(self.learner, lambda: self._first_batch, flags)
 
     def _select(self, batch: Any) -> None:
@@ -218,17 +166,16 @@ class UpdateStep:
         self._report(line)
 
     @property
-    def flags(self) -> SimpleNamespace:
-        """The resolved flags (for verify_compile): compile, cuda_graph, graph_impl, backend."""
-        return SimpleNamespace(
+    def flags(self) -> UpdateStepConfig:
+        """The config with the resolved mode (no `auto` left): what verify_compile re-runs."""
+        return dataclasses.replace(
+            self.config,
             compile=self.compiled and self.mode != "reduce_overhead",
             cuda_graph=self.graph_impl is not None,
-            graph_impl=self.graph_impl_requested,
-            compile_backend=self.backend,
         )
 
     def _build(self, want_compile: bool, want_graph: bool) -> None:
-        learner, impl, backend = self.learner, self.graph_impl_requested, self.backend
+        learner, impl, backend = self.learner, self.config.graph_impl, self.config.compile_backend
         if want_compile and not torch._dynamo.is_dynamo_supported():
             _note("compile=true: torch.compile is not supported here; running eager")
             want_compile = False
@@ -258,15 +205,16 @@ class UpdateStep:
             self.mode = "graphed" if want_graph else "eager"
         self.compiled = want_compile or self.mode == "reduce_overhead"
         if self.compiled:
-            for opt in all_optimizers(learner):
+            for opt in learner.optimizers().values():
                 tensor_lrs_(opt, self.device)
         self._critic_fn, self._actor_fn = critic_fn, actor_fn
         self._static: Any = None
         self._graphs: dict[str, tuple[torch.cuda.CUDAGraph, dict[str, Tensor]]] = {}
 
     # -- calling ------------------------------------------------------------------------------
-    def __call__(self, batch: Any, do_actor: bool) -> dict[str, Tensor]:
-        """One critic update, then an actor update when `do_actor` (a host-side schedule)."""
+    def __call__(self, batch: Any) -> dict[str, Tensor]:
+        """One critic update, then an actor update if this is a `policy_frequency`-th update."""
+        do_actor = (self.num_critic_updates + 1) % self.config.policy_frequency == 0
         if self._pending is not None:
             self._select(batch)
         if self.mode == "graphed":
@@ -277,12 +225,20 @@ class UpdateStep:
             metrics = dict(self._critic_fn(batch))
             if do_actor:
                 metrics.update(self._actor_fn(batch))
-        self.learner.num_critic_updates += 1
+        self.num_critic_updates += 1
         return metrics
+
+    def state_dict(self) -> dict[str, int]:
+        """The update count, under the key it has in every checkpoint's learner state."""
+        return {"num_critic_updates": self.num_critic_updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of state_dict (extra keys, e.g. a whole learner state, are ignored)."""
+        self.num_critic_updates = int(state["num_critic_updates"])
 
     # -- manual CUDA graphs --------------------------------------------------------------------
     def _make_capturable(self) -> None:
-        for opt in all_optimizers(self.learner):
+        for opt in self.learner.optimizers().values():
             make_capturable_(opt, self.device)
         self.learner.autocast_cache = False
 
@@ -306,14 +262,14 @@ class UpdateStep:
         warm-up updates leave no trace (new optimiser state restarts at zero, as a fresh Adam would)."""
         self._make_capturable()
         self._static = _StaticBatch({n: getattr(batch, n).detach().clone() for n in BATCH_FIELDS})
-        saved = {name: t.detach().clone() for name, t in learner_tensors(self.learner)}
+        saved = {name: t.detach().clone() for name, t in self.learner.state_tensors()}
         rng_cpu, rng_cuda = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), warnings.catch_warnings():
             # capturable=True warns when stepped outside a capture: expected during warm-up.
             warnings.simplefilter("ignore", UserWarning)
-            for _ in range(self.warmup):
+            for _ in range(self.config.warmup):
                 self._critic_fn(self._static)
                 self._actor_fn(self._static)
         torch.cuda.current_stream(self.device).wait_stream(stream)
@@ -323,7 +279,7 @@ class UpdateStep:
                 out = fn(self._static)
             self._graphs[key] = (graph, out)
         with torch.no_grad():
-            for name, t in learner_tensors(self.learner):
+            for name, t in self.learner.state_tensors():
                 if name in saved:
                     t.copy_(saved[name])
                 else:
@@ -351,16 +307,17 @@ _TOLERANCES = {"fp32": (1e-3, 1e-4, 0.05), "bf16": (3e-2, 1e-2, 0.3)}
 def verify_compile(
     learner: OffPolicyLearner,
     batch_fn: Callable[[], Any],
-    cfg: Any,
+    config: UpdateStepConfig,
     steps: int = 3,
     *,
     rtol: float | None = None,
     atol: float | None = None,
     update_rtol: float | None = None,
 ) -> dict[str, Any]:
-    """Run `steps` updates eagerly and through `UpdateStep(·, cfg)` from deep copies of `learner`
+    """Run `steps` updates eagerly and through `UpdateStep(·, config)` from deep copies of `learner`
     (same batches from `batch_fn`, same RNG seed) and compare them; `learner` is left untouched and
-    the caller's RNG streams are not advanced.
+    the caller's RNG streams are not advanced. Both sides update the actor every second update
+    (on the only update when steps=1), whatever `config.policy_frequency` says.
 
     Passes when every metric agrees within `atol + rtol·|eager|` and, for every parameter / buffer
     that eager moved, ‖compiled − eager‖ ≤ update_rtol·‖eager − start‖ (Adam turns rounding-level
@@ -382,22 +339,22 @@ def verify_compile(
             ref, test = copy.deepcopy(learner), copy.deepcopy(learner)
         finally:
             learner.grad_sync = sync
-        start = {n: t.detach().clone() for n, t in learner_tensors(learner)}
+        start = {n: t.detach().clone() for n, t in learner.state_tensors()}
         seed = int(torch.randint(0, 2**31 - 1, ()).item())
         runs = []
-        test_step = UpdateStep(test, cfg)
+        schedule = 1 if steps == 1 else 2  # exercise the actor step, and a critic-only step
+        test_step = UpdateStep(test, dataclasses.replace(config, policy_frequency=schedule))
         if test_step.mode == "eager":
             return {"verified": False, "mode": "eager", "reason": "nothing compiled or captured"}
         for copy_, step in (
-            (ref, UpdateStep(ref, compile=False, cuda_graph=False)),
+            (ref, UpdateStep(ref, UpdateStepConfig(policy_frequency=schedule))),
             (test, test_step),
         ):
             torch.manual_seed(seed)
             history = []
-            for i, batch in enumerate(batches):
-                out = step(batch, do_actor=(i % 2 == 1) or steps == 1)
-                history.append({k: float(v) for k, v in out.items()})
-            runs.append((history, dict(learner_tensors(copy_))))
+            for batch in batches:
+                history.append({k: float(v) for k, v in step(batch).items()})
+            runs.append((history, dict(copy_.state_tensors())))
     (eager_hist, eager_t), (test_hist, test_t) = runs
     worst_m = (0.0, 0.0, "", 0)  # (excess, |diff|, key, step)
     for i, (me, mt) in enumerate(zip(eager_hist, test_hist, strict=True)):

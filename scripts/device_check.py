@@ -30,7 +30,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -47,13 +46,9 @@ from fast_lora_td3.bench import (
     gemm_gflops,
     time_update,
 )
+from fast_lora_td3.compile_setup import configure_backends
 from fast_lora_td3.update_mode import ModeFlags
-from fast_lora_td3.update_step import (
-    BATCH_FIELDS,
-    UpdateStep,
-    configure_backends,
-    learner_tensors,
-)
+from fast_lora_td3.update_step import BATCH_FIELDS, UpdateStep, UpdateStepConfig
 
 REFERENCE = {"obs_dim": "123", "action_dim": "37", "num_atoms": "251", "num_envs": "1024"}
 CONFIGS = [
@@ -97,11 +92,11 @@ def run_parity(
     history, first = [], 0.0
     for i, batch in enumerate(batches):
         t0 = time.perf_counter()
-        out = step(batch, do_actor=i % 2 == 1)
+        out = step(batch)
         history.append({k: float(v) for k, v in out.items()})
         if i == 0:
             first = time.perf_counter() - t0
-    tensors = {n: t.detach().clone() for n, t in learner_tensors(step.learner) if n in start}
+    tensors = {n: t.detach().clone() for n, t in step.learner.state_tensors() if n in start}
     return history, tensors, first
 
 
@@ -139,7 +134,7 @@ def check_config(name: str, opts: dict[str, str], modes: list[str], ctx: dict[st
         batches.append(type("B", (), {f: getattr(sample, f).clone() for f in BATCH_FIELDS})())
     flops_c, flops_a = count_update_flops(base, batches[0], pf)
     flops = flops_c + flops_a / pf
-    start = {n: t.detach().clone() for n, t in learner_tensors(base)}
+    start = {n: t.detach().clone() for n, t in base.state_tensors()}
     reference = None
     for mode in modes:
         part = {"part": "update", "config": name, "mode": mode}
@@ -155,7 +150,10 @@ def check_config(name: str, opts: dict[str, str], modes: list[str], ctx: dict[st
             nonlocal reference
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            step = UpdateStep(copy.deepcopy(base), backend=ctx["backend"], **flags)
+            config = UpdateStepConfig(
+                **flags, compile_backend=ctx["backend"] or "inductor", policy_frequency=pf
+            )
+            step = UpdateStep(copy.deepcopy(base), config)
             result = run_parity(step, batches, 1234, start)
             if reference is None:
                 reference = result
@@ -185,7 +183,7 @@ def sync_debug(step: UpdateStep, batches: list[Any], name: str, mode: str) -> No
     torch.cuda.set_sync_debug_mode("error")
     try:
         for i in range(2):
-            step(batches[i], do_actor=i % 2 == 1)
+            step(batches[i])
     finally:
         torch.cuda.set_sync_debug_mode("default")
     emit({"part": "sync_debug", "config": name, "mode": mode, "ok": True})
@@ -214,10 +212,15 @@ def auto_select(ctx: dict[str, Any], smoke: bool) -> None:
 
         def one(graph: str = graph, part: dict = part) -> None:
             learner = _Update(opts, device).learner("simbav2_lora")
-            cfg = SimpleNamespace(compile="auto", cuda_graph=graph, compile_backend=ctx["backend"])
+            cfg = UpdateStepConfig(
+                compile="auto",
+                cuda_graph=graph,
+                compile_backend=ctx["backend"] or "inductor",
+                policy_frequency=pf,
+            )
             step = UpdateStep(learner, cfg)
             t0 = time.perf_counter()
-            step(replay.sample_nstep(batch_size), do_actor=False)
+            step(replay.sample_nstep(batch_size))
             choose_s = time.perf_counter() - t0
             sec, _ = time_update(step, replay, batch_size, ctx["iters"], ctx["warmup"], pf)
             emit({**part, "mode": step.mode, "verified": step.verified, "line": step.selection,

@@ -10,7 +10,8 @@ import torch
 from fast_lora_td3.algos import AlgoConfig, FastSACLearner, FastTD3Learner, make_learner
 from fast_lora_td3.algos.common import PolyakUpdater, make_target, param_groups
 from fast_lora_td3.algos.fasttd3 import select_cdq_target
-from fast_lora_td3.nn import ActorConfig, CriticConfig, LoRALinear
+from fast_lora_td3.nn import ActorConfig, C51Support, CriticConfig, LoRALinear
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
 
 OBS, ACT = 6, 2
 
@@ -54,10 +55,10 @@ def bandit_batch(n: int = 256, bootstrap: float = 0.0) -> SimpleNamespace:
 
 def test_cdq_picks_member_with_smaller_mean() -> None:
     torch.manual_seed(0)
-    support = torch.linspace(-5, 5, 21)
+    support = C51Support(-5.0, 5.0, 21)
     projected = torch.softmax(torch.randn(2, 64, 21) * 3, dim=-1)
     chosen = select_cdq_target(projected, support)
-    means = (projected * support).sum(-1)
+    means = (projected * torch.linspace(-5, 5, 21)).sum(-1)
     for i in range(64):
         expected = projected[0, i] if means[0, i] <= means[1, i] else projected[1, i]
         torch.testing.assert_close(chosen[i], expected)
@@ -76,7 +77,8 @@ def test_td3_target_is_shared_min_member() -> None:
 @pytest.mark.parametrize("family", ["mlp", "simbav2", "simbav2_lora"])
 @pytest.mark.parametrize("algo", ["fasttd3", "fastsac"])
 def test_learning_sanity_td_error_drops(algo: str, family: str) -> None:
-    """A few hundred critic updates on a task with known Q* cut the TD error substantially."""
+    """A few hundred updates (an actor update every second one) on a task with known Q* cut the
+    TD error substantially."""
     torch.manual_seed(2)
     learner = make(algo, family, critic_lr=1e-3, weight_decay=0.0, alpha_init=1e-4)
     eval_batch = bandit_batch(512)
@@ -88,8 +90,10 @@ def test_learning_sanity_td_error_drops(algo: str, family: str) -> None:
             return (q - eval_batch.rewards).abs().mean().item()
 
     before = td_error()
-    for i in range(300):
-        learner.update(bandit_batch(256), do_actor=i % 2 == 1)
+    step = UpdateStep(learner, UpdateStepConfig(policy_frequency=2))
+    for _ in range(300):
+        step(bandit_batch(256))
+    assert step.num_critic_updates == 300
     after = td_error()
     assert after < 0.35 * before, (before, after)
 
@@ -109,7 +113,7 @@ def test_polyak_on_lora_targets_mixes_effective_weights(family: str) -> None:
     learner = make("fasttd3", family)
     online, target = learner.critic, learner.critic_target
     for i in range(3):  # move the online net away from the target
-        learner.critic_step(bandit_batch(64, bootstrap=float(i % 2)))
+        learner.critic_update(bandit_batch(64, bootstrap=float(i % 2)))
     lora_online = [m for m in online.modules() if isinstance(m, LoRALinear)]
     lora_target = [m for m in target.modules() if isinstance(m, LoRALinear)]
     assert lora_online
@@ -154,7 +158,7 @@ def test_param_groups_adapters_own_weight_decay_and_no_frozen_base() -> None:
     assert bases and all(id(b) not in in_groups for b in bases)
     before = [b.clone() for b in bases]
     for _ in range(5):
-        learner.critic_step(bandit_batch(32))
+        learner.critic_update(bandit_batch(32))
     for b0, b1 in zip(before, bases, strict=True):
         torch.testing.assert_close(b0, b1, rtol=0, atol=0)
 
@@ -162,7 +166,8 @@ def test_param_groups_adapters_own_weight_decay_and_no_frozen_base() -> None:
 def test_update_returns_device_tensors_only() -> None:
     for name in ("fasttd3", "fastsac"):
         learner = make(name, "simbav2_lora")
-        metrics = learner.update(bandit_batch(32, bootstrap=1.0), do_actor=True)
+        metrics = UpdateStep(learner)(bandit_batch(32, bootstrap=1.0))
+        assert "critic_loss" in metrics and "actor_loss" in metrics
         assert metrics and all(
             isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values()
         )
@@ -174,7 +179,7 @@ def test_sac_alpha_moves_toward_target_entropy() -> None:
     assert isinstance(learner, FastSACLearner)
     a0 = learner.log_alpha.item()
     for _ in range(20):
-        learner.critic_step(bandit_batch(32, bootstrap=1.0))
+        learner.critic_update(bandit_batch(32, bootstrap=1.0))
     # Entropy far above the target → α must shrink.
     assert learner.log_alpha.item() < a0
 
@@ -282,7 +287,7 @@ def test_param_groups_never_decay_scalers_norms_biases(
 
 
 def test_sac_alpha_loss_differentiates_through_exp_and_uses_adamw_betas() -> None:
-    """Issue 10 / SPEC §2.2: α loss `−α·mean(log π + H̄)` with `α = exp(log α)`, so
+    """Issue 10: the FastSAC recipe's α loss `−α·mean(log π + H̄)` with `α = exp(log α)`, so
     ∂loss/∂log α = −α·mean(log π + H̄) = α·(entropy − H̄); α's optimiser is AdamW with algo.betas."""
     torch.manual_seed(5)
     learner = make("fastsac", "mlp", alpha_init=0.1, target_entropy=-1.5, betas=[0.9, 0.95])
@@ -310,8 +315,9 @@ def test_simbav2_rows_stay_unit_through_learner_updates(algo_name: str) -> None:
     algo = AlgoConfig(name=algo_name, num_atoms=51, v_min=-5.0, v_max=5.0, critic_lr=1e-2)
     algo.actor_lr = 1e-2
     learner = make_learner(algo, small_critic("simbav2"), actor_cfg, OBS, OBS, ACT, "cpu")
+    step = UpdateStep(learner)  # policy_frequency=1: an actor update after every critic update
     for _ in range(3):
-        learner.update(bandit_batch(32, bootstrap=1.0), do_actor=True)
+        step(bandit_batch(32, bootstrap=1.0))
         for net in (learner.critic, learner.actor):
             layers = [m for m in net.modules() if isinstance(m, HyperDense)]
             assert layers

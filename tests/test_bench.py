@@ -144,10 +144,12 @@ def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
     actor = [OBS, 32, 32, ACT]
     c_fwd, a_fwd = _gemm(b, critic), _gemm(b, actor)
     c_first, a_first = _gemm(b, critic[:2]), _gemm(b, actor[:2])
+    before = {k: v.clone() for k, v in learner.critic.state_dict().items()}
     critic_flops, actor_flops = count_update_flops(learner, bandit_batch(b, 1.0), 2)
     assert critic_flops == a_fwd + e * (c_fwd + c_fwd + 2 * c_fwd - c_first)
     assert actor_flops == a_fwd + (2 * a_fwd - a_first) + e * (c_fwd + c_fwd)
-    assert learner.num_critic_updates == 0  # counted on a copy
+    after = learner.critic.state_dict()  # counted on a copy: the learner did not step
+    assert all(before[k].equal(after[k]) for k in before)
 
 
 def test_device_check_cpu_smoke_exercises_every_part() -> None:

@@ -22,6 +22,7 @@ from fast_lora_td3.algos import make_learner
 from fast_lora_td3.cli import compose_config
 from fast_lora_td3.distributed import DUMP_ENV, TIMEOUT_ENV, DistributedContext
 from fast_lora_td3.replay import ReplaySample
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
 
 OBS, ACT, B, K = 6, 2, 16, 4
 
@@ -58,6 +59,7 @@ def batches(step: int) -> tuple[ReplaySample, torch.Tensor]:
 
 def run_updates(learner, rank: int | None) -> dict[str, torch.Tensor]:
     """K normaliser updates + critic/actor updates; rank None: the single process on union data."""
+    update = UpdateStep(learner, UpdateStepConfig(policy_frequency=2))  # eager, as in training
     for step in range(K):
         sample, rollout = batches(step)
         if rank is not None:
@@ -65,7 +67,7 @@ def run_updates(learner, rank: int | None) -> dict[str, torch.Tensor]:
             sample = ReplaySample(*(t[half] for t in sample))
             rollout = rollout[rank * B : (rank + 1) * B]
         learner.update_normalizers(rollout, rollout)
-        learner.update(sample, do_actor=step % 2 == 1)
+        update(sample)
     return {
         f"{m}.{k}": v.clone()
         for m, mod in learner.modules().items()

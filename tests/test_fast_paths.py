@@ -5,7 +5,6 @@ low-rank backward and fused AdamW against the straightforward implementations th
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from test_algos import bandit_batch, make
 from fast_lora_td3.bench import implementation
 from fast_lora_td3.nn.layers import l2_normalize
 from fast_lora_td3.nn.lora import LoRALinear
-from fast_lora_td3.update_step import UpdateStep, learner_tensors
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7), (4, 6)])
@@ -56,14 +55,14 @@ def _run(algo: str, family: str, steps: int = 4) -> tuple[list[dict], dict, dict
     learner = make(algo, family)
     torch.manual_seed(10)
     grads = _grads(learner, bandit_batch(64, bootstrap=1.0))
-    start = {n: t.detach().clone() for n, t in learner_tensors(learner)}
-    step = UpdateStep(learner, SimpleNamespace(compile=False, cuda_graph=False))
+    start = {n: t.detach().clone() for n, t in learner.state_tensors()}
+    step = UpdateStep(learner, UpdateStepConfig(policy_frequency=2))
     history = []
     torch.manual_seed(8)
-    for i in range(steps):
-        out = step(bandit_batch(64, bootstrap=1.0), do_actor=i % 2 == 1)
+    for _ in range(steps):
+        out = step(bandit_batch(64, bootstrap=1.0))
         history.append({k: float(v) for k, v in out.items()})
-    end = {n: t.detach().clone() for n, t in learner_tensors(learner) if n in start}
+    end = {n: t.detach().clone() for n, t in learner.state_tensors() if n in start}
     return history, start, end, grads
 
 

@@ -1,4 +1,4 @@
-"""LoRALinear (SPEC §2.4, §13): merge, init, LoRA-WN, fallback, merged-weight Polyak."""
+"""LoRALinear: merge, init, LoRA-WN, fallback, and Polyak (PolyakUpdater) on merged targets."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from fast_lora_td3.algos.common import PolyakUpdater
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.nn import LoRALinear, merge_lora_, merged_polyak_, project_weights_
+from fast_lora_td3.nn import LoRALinear, merge_lora_, project_weights_
 
 
 def _brute_merged(layer: LoRALinear) -> torch.Tensor:
@@ -288,12 +289,17 @@ def test_merged_target_polyak(weight_norm: str) -> None:
     x = torch.randn(6, 10)
     torch.testing.assert_close(target(x), online(x), atol=1e-5, rtol=1e-5)
     _random_steps(online, 10, 3, project=True)
+    with torch.no_grad():
+        online.bias.add_(0.1)  # the bias (a dense parameter) is mixed directly
     tau = 0.1
     w_on = online.effective_weight().detach().clone()
     w_tgt = target.effective_weight().detach().clone()
-    merged_polyak_(target, online, tau)
+    b_on, b_tgt = online.bias.detach().clone(), target.bias.detach().clone()
+    PolyakUpdater(online, target).update(tau)
     mixed = tau * w_on + (1 - tau) * w_tgt
     torch.testing.assert_close(target.effective_weight(), mixed, atol=1e-6, rtol=1e-6)
+    assert torch.count_nonzero(target.lora_B) == 0
+    torch.testing.assert_close(target.bias, tau * b_on + (1 - tau) * b_tgt)
     # The target's output is the dense layer with the Polyak mix of the effective weights.
     ref = x @ mixed.transpose(-1, -2) + target.bias
     torch.testing.assert_close(target(x), ref, atol=1e-5, rtol=1e-5)
@@ -301,10 +307,10 @@ def test_merged_target_polyak(weight_norm: str) -> None:
     torch.testing.assert_close(target.effective_weight(), mixed, atol=1e-6, rtol=1e-6)
 
 
-def test_merged_polyak_requires_merged_target() -> None:
+def test_polyak_requires_merged_target() -> None:
     online = LoRALinear(10, 7, rank=3)
-    with pytest.raises(ValueError, match="merge_lora_"):
-        merged_polyak_(copy.deepcopy(online), online, 0.5)
+    with pytest.raises(ValueError, match="merged target"):
+        PolyakUpdater(online, copy.deepcopy(online))
 
 
 def test_forward_and_project_trace_without_graph_breaks() -> None:

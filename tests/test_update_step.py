@@ -8,6 +8,7 @@ generation). FAST_LORA_TD3_ALL_COMPILE=1 runs inductor for every algorithm × fa
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import warnings
@@ -18,9 +19,13 @@ import torch
 from test_algos import bandit_batch, make
 
 import fast_lora_td3.update_step as us
+from fast_lora_td3.compile_setup import make_capturable_
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.update_mode import mode_candidates, parse_flag, select_mode
-from fast_lora_td3.update_step import UpdateStep, make_capturable_, verify_compile
+from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig, verify_compile
+
+EAGER = UpdateStepConfig(compile=False, cuda_graph=False)
+AOT_EAGER = UpdateStepConfig(compile=True, compile_backend="aot_eager")
 
 FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
 ALL = os.environ.get("FAST_LORA_TD3_ALL_COMPILE") == "1"
@@ -46,19 +51,19 @@ def _compiled_frames() -> int:
 def test_eager_step_returns_device_tensors_and_counts_updates(algo: str) -> None:
     torch.manual_seed(0)
     learner = make(algo, "simbav2_lora")
-    step = UpdateStep(learner, SimpleNamespace(compile=False, cuda_graph=False))
+    step = UpdateStep(learner, dataclasses.replace(EAGER, policy_frequency=2))
     assert step.mode == "eager"
     for i in range(3):
-        metrics = step(batches(), do_actor=i % 2 == 1)
+        metrics = step(batches())
         assert metrics and all(
             isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values()
         )
         assert ("actor_loss" in metrics) == (i % 2 == 1)
-    assert learner.num_critic_updates == 3
+    assert step.num_critic_updates == 3
 
 
 def test_cuda_graph_on_cpu_falls_back_with_one_line_note(capsys: pytest.CaptureFixture) -> None:
-    step = UpdateStep(make(), SimpleNamespace(compile=False, cuda_graph=True))
+    step = UpdateStep(make(), UpdateStepConfig(compile=False, cuda_graph=True))
     assert step.mode == "eager"
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cuda_graph" in err[0]
@@ -66,7 +71,69 @@ def test_cuda_graph_on_cpu_falls_back_with_one_line_note(capsys: pytest.CaptureF
 
 def test_bad_graph_impl_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="graph_impl"):
-        UpdateStep(make(), SimpleNamespace(cuda_graph=True, graph_impl="magic"))
+        UpdateStepConfig(cuda_graph=True, graph_impl="magic")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"compile": "maybe"}, "compile='maybe'"), ({"cuda_graph": 2}, "cuda_graph=2"),
+     ({"policy_frequency": 0}, "policy_frequency=0")],
+)  # fmt: skip
+def test_update_step_config_rejects_bad_values_with_one_line_config_error(kwargs, match) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        UpdateStepConfig(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_update_step_config_normalises_flags_and_is_built_from_the_train_config() -> None:
+    from fast_lora_td3.cli import compose_config
+
+    assert UpdateStepConfig(compile=True, cuda_graph="False").compile == "true"
+    assert UpdateStepConfig(compile=True, cuda_graph="False").cuda_graph == "false"
+    cfg = compose_config(["compile=false", "cuda_graph=auto", "algo.policy_frequency=3"])
+    config = UpdateStepConfig.from_train_config(cfg)
+    assert (config.compile, config.cuda_graph, config.policy_frequency) == ("false", "auto", 3)
+    assert (config.graph_impl, config.compile_backend) == ("manual", "inductor")
+
+
+@pytest.mark.parametrize("policy_frequency", [1, 3])
+def test_actor_updates_every_policy_frequency_th_call_and_resume_keeps_the_schedule(
+    policy_frequency: int,
+) -> None:
+    """The schedule counts over the run: a step rebuilt from a checkpointed count (as a resumed
+    trainer rebuilds it) continues it exactly, and the learner + step state round-trips."""
+    torch.manual_seed(7)
+    learner = make("fastsac", "mlp")
+    config = dataclasses.replace(EAGER, policy_frequency=policy_frequency)
+    step = UpdateStep(learner, config)
+    actor_calls = [i for i in range(1, 6) if "actor_loss" in step(batches())]
+    assert actor_calls == [i for i in range(1, 6) if i % policy_frequency == 0]
+    state = {**learner.state_dict(), **step.state_dict()}
+    assert state["num_critic_updates"] == 5  # the checkpoint key every saved run has
+    assert "num_critic_updates" not in learner.state_dict()  # counted by the step only
+    resumed_learner = make("fastsac", "mlp")
+    resumed_learner.load_state_dict(state)
+    resumed = UpdateStep(resumed_learner, config)
+    resumed.load_state_dict(state)
+    later = [i for i in range(6, 10) if "actor_loss" in resumed(batches())]
+    assert later == [i for i in range(6, 10) if i % policy_frequency == 0]
+    assert resumed.num_critic_updates == 9
+
+
+def test_optimizers_and_state_tensors_cover_fastsac_alpha() -> None:
+    """Everything an update changes is listed by the learner itself (UpdateStep restores these
+    after a CUDA-graph warm-up): FastSAC's log α and its optimiser included."""
+    learner = make("fastsac", "mlp")
+    assert list(learner.optimizers()) == ["critic_optimizer", "actor_optimizer", "alpha_optimizer"]
+    assert "alpha_optimizer" not in make("fasttd3", "mlp").optimizers()
+    UpdateStep(learner)(batches())  # creates the optimiser state
+    names = dict(learner.state_tensors())
+    assert names["log_alpha"] is learner.log_alpha
+    alpha_state = learner.alpha_optimizer.state[learner.log_alpha]
+    assert any(t is alpha_state["exp_avg"] for t in names.values())
+    params = {id(t) for t in names.values()}
+    assert all(id(p) in params for p in learner.critic.parameters())
+    assert all(id(p) in params for p in learner.actor.parameters())
 
 
 @pytest.mark.slow
@@ -75,7 +142,7 @@ def test_inductor_compiled_update_matches_eager(algo: str, family: str) -> None:
     torch.manual_seed(1)
     learner = make(algo, family)
     before = _compiled_frames()
-    result = verify_compile(learner, batches, SimpleNamespace(compile=True), steps=3)
+    result = verify_compile(learner, batches, UpdateStepConfig(compile=True), steps=3)
     assert _compiled_frames() > before, "dynamo compiled nothing: the check would be vacuous"
     assert result["verified"] and result["mode"] == "compiled"
     assert result["max_metric_diff"] <= 1e-4 and result["max_update_rel_err"] <= 1e-2
@@ -85,11 +152,11 @@ def test_inductor_compiled_update_matches_eager(algo: str, family: str) -> None:
 def test_aot_eager_compiled_update_matches_eager_and_returns_tensors(family: str) -> None:
     torch.manual_seed(2)
     learner = make("fasttd3", family)
-    cfg = SimpleNamespace(compile=True, compile_backend="aot_eager")
-    result = verify_compile(learner, batches, cfg, steps=2)
+    result = verify_compile(learner, batches, AOT_EAGER, steps=2)
     assert result["verified"] and result["max_update_rel_err"] <= 1e-3
-    step = UpdateStep(learner, cfg)
-    metrics = step(batches(), do_actor=True)
+    step = UpdateStep(learner, AOT_EAGER)
+    metrics = step(batches())
+    assert "actor_loss" in metrics
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in metrics.values())
 
 
@@ -116,13 +183,12 @@ def test_verify_compile_passes_when_equal_and_leaves_learner_and_rng_alone(monke
     learner = make("fastsac", "simbav2_lora")
     before = {k: v.clone() for k, v in learner.critic.state_dict().items()}
     state = torch.get_rng_state()
-    result = verify_compile(learner, batches, SimpleNamespace(compile=True), steps=3)
+    result = verify_compile(learner, batches, UpdateStepConfig(compile=True), steps=3)
     assert result["verified"]
     assert result["max_metric_diff"] == 0.0 and result["max_update_rel_err"] == 0.0
     assert torch.equal(torch.get_rng_state(), state)
     after = learner.critic.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert learner.num_critic_updates == 0
 
 
 def test_verify_compile_detects_parameter_noise(monkeypatch) -> None:
@@ -134,18 +200,18 @@ def test_verify_compile_detects_parameter_noise(monkeypatch) -> None:
     monkeypatch.setattr(us.torch, "compile", _fake_compile(after=noisy))
     learner = make("fasttd3", "mlp")
     with pytest.raises(RuntimeError, match=r"differs from eager: .* > (tolerance|atol)"):
-        verify_compile(learner, batches, SimpleNamespace(compile=True), steps=3)
+        verify_compile(learner, batches, UpdateStepConfig(compile=True), steps=3)
 
 
 def test_verify_compile_detects_metric_mismatch(monkeypatch) -> None:
     monkeypatch.setattr(us.torch, "compile", _fake_compile(scale_metric="critic_loss"))
     learner = make("fasttd3", "mlp")
     with pytest.raises(RuntimeError, match=r"critic_loss.* > atol 0\.0001 \+ rtol 0\.001"):
-        verify_compile(learner, batches, SimpleNamespace(compile=True), steps=2)
+        verify_compile(learner, batches, UpdateStepConfig(compile=True), steps=2)
 
 
 def test_verify_compile_skips_when_nothing_is_compiled() -> None:
-    result = verify_compile(make(), batches, SimpleNamespace(compile=False, cuda_graph=False))
+    result = verify_compile(make(), batches, EAGER)
     assert result["verified"] is False and result["mode"] == "eager"
 
 
@@ -188,20 +254,20 @@ def test_compiled_steps_under_cosine_schedule_do_not_recompile(algo: str) -> Non
     )
     assert learner.schedulers
     torch._dynamo.reset()
-    step = UpdateStep(learner, SimpleNamespace(compile=True, compile_backend="aot_eager"))
+    step = UpdateStep(learner, dataclasses.replace(AOT_EAGER, policy_frequency=2))
     lrs = []
-    for i in range(2):  # the first critic and the first actor update compile their graphs
-        step(batches(), do_actor=i % 2 == 1)
+    for _ in range(2):  # the first critic and the first actor update compile their graphs
+        step(batches())
         learner.step_schedulers()
     graphs = _unique_graphs()
     assert graphs > 0, "dynamo compiled nothing: the check would be vacuous"
-    for i in range(6):
-        step(batches(), do_actor=i % 2 == 1)
+    for _ in range(6):
+        step(batches())
         learner.step_schedulers()
         lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
     assert _unique_graphs() == graphs, "a learning-rate change recompiled the update"
     assert all(b < a for a, b in itertools.pairwise(lrs)), lrs  # the schedule did move the LR
-    for opt in us.all_optimizers(learner):
+    for opt in learner.optimizers().values():
         assert all(isinstance(g["lr"], torch.Tensor) for g in opt.param_groups)
 
 
@@ -234,7 +300,7 @@ def test_loading_a_checkpoint_keeps_the_tensor_lr_a_compiled_step_reads() -> Non
     saved = make("fasttd3", "mlp", lr_min=1e-5)  # float LRs (an eager run's checkpoint)
     saved.critic_optimizer.param_groups[0]["lr"] = 2e-4
     learner = make("fasttd3", "mlp")
-    UpdateStep(learner, SimpleNamespace(compile=True, compile_backend="aot_eager"))
+    UpdateStep(learner, AOT_EAGER)
     lr = learner.critic_optimizer.param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor)
     learner.load_state_dict(saved.state_dict())
@@ -327,7 +393,7 @@ def test_selection_without_eager_raises_when_every_mode_fails() -> None:
 
 
 def test_update_step_auto_on_cpu_is_eager_with_one_line(capsys) -> None:
-    step = UpdateStep(make(), SimpleNamespace(compile="auto", cuda_graph="auto"))
+    step = UpdateStep(make(), UpdateStepConfig(compile="auto", cuda_graph="auto"))
     assert step.mode == "eager"
     out = capsys.readouterr().err.strip().splitlines()
     assert out == [step.selection]
@@ -353,10 +419,12 @@ def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failur
     monkeypatch.setattr(us, "mode_candidates", candidates)
     monkeypatch.setattr(us.torch, "compile", _fake_compile(after=noisy if broken else None))
     learner = make("fasttd3", "mlp")
-    step = UpdateStep(learner, SimpleNamespace(compile="auto", cuda_graph="false"))
+    config = UpdateStepConfig(compile="auto", cuda_graph="false", policy_frequency=2)
+    step = UpdateStep(learner, config)
     assert step.mode == "pending" and capsys.readouterr().err == ""
-    metrics = step(batches(), do_actor=False)
-    assert "critic_loss" in metrics and learner.num_critic_updates == 1
+    metrics = step(batches())
+    assert "critic_loss" in metrics and "actor_loss" not in metrics
+    assert step.num_critic_updates == 1
     out = capsys.readouterr().err.strip().splitlines()
     assert len(out) == 1
     if broken:

@@ -1,4 +1,4 @@
-"""Learners: FastTD3 and FastSAC update rules (SPEC §2.1, §2.2)."""
+"""Learners: FastTD3 and FastSAC update rules, built by name from the algorithm config."""
 
 from __future__ import annotations
 

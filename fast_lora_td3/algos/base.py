@@ -1,13 +1,14 @@
 """The learner skeleton shared by FastTD3 and FastSAC: networks, normalisers, optimisers, steps.
 
-A learner owns everything the update touches. Its `critic_step` / `actor_step` are pure tensor code
-(metrics stay on device as 0-d tensors, no host synchronisation), so they can be compiled and captured.
+A learner owns everything the update touches. Its `critic_update` / `actor_step` are pure tensor code
+(metrics stay on device as 0-d tensors, no host synchronisation), so they can be compiled and captured;
+`fast_lora_td3.update_step.UpdateStep` calls them (the only update path) and keeps the update count.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from fast_lora_td3.algos.config import AlgoConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 from fast_lora_td3.nn.critic import build_critic
-from fast_lora_td3.nn.distributional import C51Support
+from fast_lora_td3.nn.distributional import C51Support, expected_value
 from fast_lora_td3.nn.layers import project_weights_
 from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
 
@@ -91,10 +92,10 @@ class OffPolicyLearner(ABC):
                         opt, T_max=total_iterations, eta_min=algo.lr_min
                     )
                 )
-        self.num_critic_updates = 0
         # CUDA-graph capture needs autocast's weight-cast cache off (PyTorch CUDA graph docs).
         self.autocast_cache = True
-        # Data parallel: averages gradients across ranks between backward and step (SPEC §9).
+        # Data parallel: averages gradients across ranks between backward and step, so every rank
+        # takes the same optimiser step.
         self.grad_sync: Callable[[list[Tensor]], None] | None = None
 
     # -- subclass hooks -------------------------------------------------------------------------
@@ -136,11 +137,11 @@ class OffPolicyLearner(ABC):
 
     def q_values(self, logits: Tensor) -> Tensor:
         """Expected value of each member's distribution: [E, B, A] logits → [E, B]."""
-        return (torch.softmax(logits.float(), dim=-1) * self.support.support).sum(-1)
+        return expected_value(logits, self.support, from_logits=True)
 
     def critic_logits_frozen(self, critic_obs: Tensor, actions: Tensor) -> Tensor:
         """Critic forward whose parameters are detached: the actor's backward then skips the
-        critic weight gradients the recipe would discard anyway (SPEC §5)."""
+        critic weight gradients the recipe would discard anyway (the actor step never applies them)."""
         params = {n: p.detach() for n, p in self.critic.named_parameters()}
         params.update(dict(self.critic.named_buffers()))
         return torch.func.functional_call(self.critic, params, (critic_obs, actions))
@@ -149,12 +150,6 @@ class OffPolicyLearner(ABC):
         if self.algo.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm, foreach=True)
             metrics[name] = norm
-
-    def critic_step(self, batch: Any) -> dict[str, Tensor]:
-        """One critic update (`critic_update`) and the host-side update counter."""
-        metrics = self.critic_update(batch)
-        self.num_critic_updates += 1
-        return metrics
 
     def critic_update(self, batch: Any) -> dict[str, Tensor]:
         """One critic update + weight projection + target Polyak: pure tensor code with no host
@@ -183,20 +178,14 @@ class OffPolicyLearner(ABC):
         project_weights_(self.actor)
         return metrics
 
-    def update(self, batch: Any, do_actor: bool) -> dict[str, Tensor]:
-        """A critic step, then an actor step when `do_actor` (a host-side schedule, not a tensor)."""
-        metrics = self.critic_step(batch)
-        if do_actor:
-            metrics.update(self.actor_step(batch))
-        return metrics
-
     def step_schedulers(self) -> None:
         """Called once per environment step (the recipe's schedule unit)."""
         for s in self.schedulers:
             s.step()
 
     def update_normalizers(self, obs: Tensor, critic_obs: Tensor) -> None:
-        """Update running statistics from rollout observations only (SPEC §2.5)."""
+        """Update running statistics from rollout observations only (replayed samples would count
+        old observations again and again)."""
         if self.algo.obs_normalization:
             self.obs_normalizer.update(obs)
             self.critic_obs_normalizer.update(critic_obs)
@@ -217,26 +206,49 @@ class OffPolicyLearner(ABC):
         }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """Every optimiser whose state is checkpointed."""
+        """Every optimiser an update steps (all are checkpointed)."""
         return {"critic_optimizer": self.critic_optimizer, "actor_optimizer": self.actor_optimizer}
 
+    def free_tensors(self) -> dict[str, Tensor]:
+        """Trained tensors outside any module (FastSAC's log α); checkpointed like the modules."""
+        return {}
+
+    def state_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        """Every tensor an update may change, by a stable name: module parameters and buffers
+        (`<module>.<key>`), free tensors (`log_alpha`), optimiser state (`optimizer<i>.<j>.<key>`).
+
+        UpdateStep restores them after its CUDA-graph warm-up; verify_compile compares them."""
+        for mod_name, module in self.modules().items():
+            for name, t in module.state_dict(keep_vars=True).items():
+                if isinstance(t, Tensor):
+                    yield f"{mod_name}.{name}", t
+        yield from self.free_tensors().items()
+        for i, opt in enumerate(self.optimizers().values()):
+            for j, state in enumerate(opt.state.values()):
+                for key, t in state.items():
+                    if isinstance(t, Tensor):
+                        yield f"optimizer{i}.{j}.{key}", t
+
     def state_dict(self) -> dict[str, Any]:
-        """Full learner state (modules, optimisers, schedulers, counters)."""
+        """Full learner state (modules, free tensors, optimisers, schedulers). The update count is
+        UpdateStep's (it saves it beside this state, under `num_critic_updates`)."""
         state: dict[str, Any] = {k: m.state_dict() for k, m in self.modules().items()}
+        state.update({k: t.detach().clone() for k, t in self.free_tensors().items()})
         state.update({k: o.state_dict() for k, o in self.optimizers().items()})
         state["schedulers"] = [s.state_dict() for s in self.schedulers]
-        state["num_critic_updates"] = self.num_critic_updates
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of state_dict."""
         for k, m in self.modules().items():
             m.load_state_dict(state[k])
+        with torch.no_grad():
+            for k, t in self.free_tensors().items():
+                t.copy_(state[k])  # in place: optimisers and compiled steps hold this tensor
         for k, o in self.optimizers().items():
             load_optimizer_state_(o, state[k])
         for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(sd)
-        self.num_critic_updates = int(state["num_critic_updates"])
 
 
 def cross_entropy(logits: Tensor, target_probs: Tensor) -> Tensor:

@@ -23,7 +23,8 @@ from fast_lora_td3.nn.simbav2 import Scaler
 def make_target(online: nn.Module) -> nn.Module:
     """A frozen copy of `online` whose LoRA layers hold the merged effective weight (target B = 0).
 
-    A LoRA target is then a dense target (SPEC §2.4): its base is Polyak-averaged in weight space.
+    A LoRA target is then a dense target: its base is Polyak-averaged in weight space (the mean of
+    two low-rank updates is not low-rank, so the target cannot keep separate adapters).
     """
     target = copy.deepcopy(online)
     merge_lora_(target)
@@ -45,6 +46,9 @@ class PolyakUpdater:
         self.online_layers, target_layers = lora_layers(online), lora_layers(target)
         if len(self.online_layers) != len(target_layers):
             raise ValueError("the target must mirror the online network's LoRA layers")
+        if any(not layer.merged for layer in target_layers):
+            # An unmerged target's own B would be added on top of the mixed base.
+            raise ValueError("PolyakUpdater needs a merged target: build it with make_target")
         self.target_bases = [layer.base_weight for layer in target_layers]
         adapters = {id(p) for layer in self.online_layers for p in layer.lora_parameters()}
         target_named = dict(target.named_parameters())
@@ -96,7 +100,8 @@ def param_groups(
 
     Without adapters: `decay` (linear weights, `weight_decay`) and `no_decay` (Scalers, norms,
     biases: 0). With adapters: `adapters` (`adapter_weight_decay`) and `dense` (every other
-    trainable parameter: 0, SPEC §2.4). Frozen bases are buffers, so they are in no group.
+    trainable parameter: 0, the adapters carry the regularisation). Frozen bases are buffers, so
+    they are in no group.
     """
     adapters = adapter_parameters(module)
     if adapters:

@@ -1,4 +1,4 @@
-"""FastSAC (SPEC §2.2): tanh-Gaussian actor, C51 critics without clipped double Q, auto-tuned α.
+"""FastSAC: tanh-Gaussian actor, C51 critics without clipped double Q, auto-tuned α.
 
 Reads top to bottom: soft target distribution (+ α loss from next-state log-probs) → critic loss →
 actor loss → exploration.
@@ -27,7 +27,7 @@ class FastSACLearner(OffPolicyLearner):
         self.log_alpha = torch.tensor(
             math.log(self.algo.alpha_init), device=self.device, requires_grad=True
         )
-        # The recipe's optimiser for α: AdamW with the algorithm's betas (SPEC §2.2).
+        # The recipe's optimiser for α: AdamW with the algorithm's betas, like the networks.
         alpha_group = {
             "name": "log_alpha",
             "params": [self.log_alpha],
@@ -119,14 +119,8 @@ class FastSACLearner(OffPolicyLearner):
         obs_n = self.norm_obs(obs)
         return self.actor.act(obs_n, deterministic=True).float()
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["log_alpha"] = self.log_alpha.detach().clone()
-        state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {**super().optimizers(), "alpha_optimizer": self.alpha_optimizer}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+    def free_tensors(self) -> dict[str, Tensor]:
+        return {"log_alpha": self.log_alpha}

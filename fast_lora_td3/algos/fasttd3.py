@@ -1,4 +1,4 @@
-"""FastTD3 (SPEC §2.1): twin C51 critics with distributional clipped double Q, deterministic actor.
+"""FastTD3: twin C51 critics with distributional clipped double Q, deterministic actor.
 
 Reads top to bottom: target distribution → critic loss → actor loss → exploration.
 """
@@ -15,13 +15,13 @@ from fast_lora_td3.algos.base import OffPolicyLearner, cross_entropy
 from fast_lora_td3.algos.common import PolyakUpdater
 from fast_lora_td3.nn.actor import build_actor
 from fast_lora_td3.nn.config import ActorConfig
-from fast_lora_td3.nn.distributional import project_distribution
+from fast_lora_td3.nn.distributional import C51Support, expected_value, project_distribution
 
 
-def select_cdq_target(projected: Tensor, support: Tensor) -> Tensor:
+def select_cdq_target(projected: Tensor, support: C51Support) -> Tensor:
     """Distributional clipped double Q: per sample, the projected target of the member with the
     smallest mean. [E, B, A] → [B, A]."""
-    means = (projected * support).sum(-1)  # [E, B]
+    means = expected_value(projected, support)  # [E, B]
     idx = means.argmin(dim=0)  # [B]
     return projected.gather(0, idx.view(1, -1, 1).expand(1, *projected.shape[1:])).squeeze(0)
 
@@ -61,7 +61,7 @@ class FastTD3Learner(OffPolicyLearner):
             self.support,
         ).view_as(next_probs)
         if self.algo.use_cdq:
-            chosen = select_cdq_target(projected, self.support.support)
+            chosen = select_cdq_target(projected, self.support)
             return chosen.unsqueeze(0).expand_as(projected)
         return projected
 
@@ -78,7 +78,7 @@ class FastTD3Learner(OffPolicyLearner):
             "q_mean": q.mean(),
             "q_max": q.max(),
             "q_min": q.min(),
-            "target_q_mean": (target[0] * self.support.support).sum(-1).mean(),
+            "target_q_mean": expected_value(target[0], self.support).mean(),
         }
         return loss, metrics
 

@@ -17,7 +17,6 @@ from fast_lora_td3.nn.lora import (
     dense_trainable_parameters,
     lora_layers,
     merge_lora_,
-    merged_polyak_,
 )
 from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
 from fast_lora_td3.nn.simbav2 import (
@@ -56,7 +55,6 @@ __all__ = [
     "l2_normalize",
     "lora_layers",
     "merge_lora_",
-    "merged_polyak_",
     "project_distribution",
     "project_weights_",
 ]

@@ -24,7 +24,6 @@ __all__ = [
     "dense_trainable_parameters",
     "lora_layers",
     "merge_lora_",
-    "merged_polyak_",
 ]
 
 LORA_INITS = ("paper", "zero_b")
@@ -284,19 +283,3 @@ def merge_lora_(module: nn.Module) -> None:
     critic to make its target (and before loading a target's state dict)."""
     for layer in lora_layers(module):
         layer.merge_into_base_()
-
-
-@torch.no_grad()
-def merged_polyak_(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """For each pair of LoRALinear layers (same order): `target.base ← τ·W_eff(online) + (1 − τ)·
-    target.base` with fused `_foreach` ops. The target's layers must be merged (`merge_lora_`).
-    Other parameters and buffers are the caller's business (an ordinary Polyak step)."""
-    targets, onlines = lora_layers(target), lora_layers(online)
-    if len(targets) != len(onlines):
-        raise ValueError(f"{len(targets)} target LoRA layers vs {len(onlines)} online ones")
-    if any(not t.merged for t in targets):
-        raise ValueError("merged_polyak_ needs a merged target: call merge_lora_(target) first")
-    if not targets:
-        return
-    sources = [layer.effective_weight() for layer in onlines]
-    torch._foreach_lerp_([t.base_weight for t in targets], sources, tau)
