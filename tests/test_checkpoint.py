@@ -18,14 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from fast_lora_td3.checkpoint import (
-    POINTER_NAME,
-    CheckpointManager,
-    atomic_save,
-    check_compatible,
-    rng_state,
-    set_rng_state,
-)
+from fast_lora_td3.checkpoint import POINTER_NAME, CheckpointManager, atomic_save
+from fast_lora_td3.checkpoint_state import check_compatible, rng_state, set_rng_state
 from fast_lora_td3.errors import CheckpointError, ConfigError
 
 
