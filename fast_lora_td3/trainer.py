@@ -9,7 +9,6 @@ the CheckpointManager decides when to checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from fast_lora_td3.errors import CheckpointError, ConfigError
 from fast_lora_td3.evaluation import SliceEvaluation, evaluate
 from fast_lora_td3.finite_guard import FiniteGuard
 from fast_lora_td3.metrics_window import MetricsWindow
+from fast_lora_td3.preemption import PreemptionSignal
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
 from fast_lora_td3.update_step import UpdateStep
@@ -37,10 +37,6 @@ from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
 """Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
-
-
-STOP_SYNC_INTERVAL = 8
-"""Data parallel: iterations between the ranks' agreement on a pending preemption signal."""
 
 FIRST_EPISODE_POLL_S = 1.0
 """Until the first training episode is logged, check for one this often (one host read)."""
@@ -152,7 +148,7 @@ class Trainer:
             "eager",
             "pending",
         )
-        self._stop_signal: int | None = None
+        self.preemption = PreemptionSignal(self.dist)
         self.logger: RunLogger | None = None
         # The critic's weights at init (the seed fixes them, so a resume rebuilds the same ones).
         self._critic_init = weight_snapshot(self.learner.critic)
@@ -223,23 +219,9 @@ class Trainer:
         if self.rank == 0:
             print(f"verify_compile: eager and compiled updates agree ({report})", flush=True)
 
-    # -- signals ------------------------------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._stop_signal = signum  # acted upon at the next step boundary
-
     def install_signal_handlers(self) -> None:
         """SIGTERM / SIGUSR1 (Slurm preemption, `--signal=B:USR1@120`) → checkpoint and exit."""
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._on_signal)
-
-    def _should_stop(self) -> bool:
-        """A preemption signal arrived; with several ranks, all agree every STOP_SYNC_INTERVAL
-        iterations so they stop at the same step (none is left waiting in a collective)."""
-        if not self.dist.enabled:
-            return self._stop_signal is not None
-        if self.iteration % STOP_SYNC_INTERVAL:
-            return False
-        return self.dist.any_true(self._stop_signal is not None)
+        self.preemption.install()
 
     # -- the loop -----------------------------------------------------------------------------
     def run_evaluation(self) -> dict[str, float]:
@@ -276,17 +258,19 @@ class Trainer:
             self.finite_guard.observe(self.iteration, result, self.window.losses)
             is_last = self.iteration >= self.iterations
             self._evaluate_and_log(is_last)
-            if self.logger is not None and self.cfg.progress:
-                self.logger.update_progress(self.env_steps, updates=self.learner.num_critic_updates)
             if self.rank == 0 and self.checkpoints.due(self.iteration, last=is_last):
                 self.save_checkpoint()
-            if self._should_stop():
-                if self.rank == 0:
-                    self.save_checkpoint()
-                raise Preempted(
-                    f"signal {self._stop_signal or 'on another rank'}: checkpointed at iteration {self.iteration}"
-                )
+            self._stop_if_preempted()
         return self.window.last_row
+
+    def _stop_if_preempted(self) -> None:
+        """After a preemption signal: checkpoint (rank 0) and raise Preempted."""
+        if self.preemption.stop_due(self.iteration):
+            if self.rank == 0:
+                self.save_checkpoint()
+            raise Preempted(
+                f"signal {self.preemption.signum or 'on another rank'}: checkpointed at iteration {self.iteration}"
+            )
 
     def _collect(self) -> StepResult:
         """One env step of every env, into replay (timed as `env`)."""
@@ -315,7 +299,7 @@ class Trainer:
             self.learner.step_schedulers()
 
     def _evaluate_and_log(self, is_last: bool) -> None:
-        """Evaluate when due, then write a metrics row when one is due."""
+        """Evaluate when due, write a metrics row when one is due, advance the progress line."""
         row: dict[str, float] = {}
         if (self.eval_every and self.iteration % self.eval_every == 0) or is_last:
             row.update(self.run_evaluation())
@@ -327,13 +311,14 @@ class Trainer:
             # return shows as soon as it ends instead of at the first step-based row.
             episodes = self.env.episode_tracker.pop()
             log_due = episodes is not None
-        if not log_due:
-            return
-        row.update(self._log_row(episodes))
-        row.update(self.window.close(self.iteration))
-        if self.logger is not None:
-            self.logger.log(row, env_steps=self.env_steps)
-        self.window.last_row = row
+        if log_due:
+            row.update(self._log_row(episodes))
+            row.update(self.window.close(self.iteration))
+            if self.logger is not None:
+                self.logger.log(row, env_steps=self.env_steps)
+            self.window.last_row = row
+        if self.logger is not None and self.cfg.progress:
+            self.logger.update_progress(self.env_steps, updates=self.learner.num_critic_updates)
 
     def _log_row(self, episodes: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Means of the device-side metric sums (one host read), episode stats, time split.
