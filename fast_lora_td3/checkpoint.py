@@ -1,10 +1,11 @@
-"""Atomic checkpoints, keep-last-K rotation, RNG state capture and resume compatibility (SPEC §7).
+"""Checkpoint files: atomic writes, keep-last-K rotation, the checkpoint interval, and loading with
+one-line errors. What goes into a checkpoint beside the learner's tensors (RNG states, the resume
+config check) is `fast_lora_td3.checkpoint_state`.
 
-Crash safety: a checkpoint is written to a temp file in the same directory, flushed, fsynced and
-renamed over the final name with `os.replace` (atomic on POSIX), then the directory is fsynced. The
-`latest.json` pointer is replaced the same way, and only after the checkpoint it names is complete;
-older files are pruned only after that. So a SIGKILL at any moment leaves either the previous or the
-new pointer, each naming a complete file. If the pointer is missing or names a bad file, `latest()` /
+Crash safety: a checkpoint is written atomically (`fast_lora_td3.atomic_io`). The `latest.json`
+pointer is replaced the same way, and only after the checkpoint it names is complete; older files
+are pruned only after that. So a SIGKILL at any moment leaves either the previous or the new
+pointer, each naming a complete file. If the pointer is missing or names a bad file, `latest()` /
 `load()` fall back to the newest checkpoint file that is complete.
 
 Checkpoints are loaded with `torch.load(weights_only=True)`: a shared checkpoint (for `play`) cannot
@@ -15,87 +16,34 @@ tensors (numpy RNG state is stored as a tensor for that reason).
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import os
-import random
 import re
-import socket
-import tempfile
 import warnings
 import zipfile
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import numpy as np
 import torch
 
+from fast_lora_td3.atomic_io import atomic_write, atomic_write_bytes, remove_stale_temps
 from fast_lora_td3.errors import CheckpointError, ConfigError
 
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 """Names of the rotating checkpoints: `ckpt_<step:012d>.pt`."""
 POINTER_NAME = "latest.json"
-_TMP_RE = re.compile(r"^\..+\.tmp@(.+)@(\d+)@")  # .<name>.tmp@<host>@<pid>@<random>
-
-# fmt: off
-RESUME_MUTABLE_KEYS: frozenset[str] = frozenset({
-    "total_steps", "resume", "checkpoint", "run_dir", "run_name", "log_dir", "logger",
-    "log_interval", "log_interval_s", "cpu_defaults", "checkpoint_interval", "keep_checkpoints",
-    "keep_last", "save_replay",
-    "progress", "device", "compile", "cuda_graph", "verify_compile", "export_at_end",
-    "nan_check_interval", "nan_action", "eval", "experiment", "headless", "video", "wandb*", "hydra",
-})
-# fmt: on
-"""Config keys that may change between a run and its resume (run length, logging, device, speed
-flags, evaluation schedule). Each entry is a dotted pattern that matches a contiguous run of a key's
-components, with fnmatch wildcards per component: `device` ignores `device` and `env.device`, `eval`
-ignores everything under `eval.`."""
+CHECKPOINT_FILE_MODE = 0o600
+"""Permission bits of checkpoint files and the pointer: owner-only, as they have always been written."""
 
 _SAFE_LEAVES = (str, bytes, bytearray, int, float, bool, complex, type(None), torch.Tensor)
 _SAFE_LEAVES += (torch.Size, torch.device, torch.dtype)
 
 
 # -- atomic writes ------------------------------------------------------------------------------
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable: the directory entry itself must reach the disk."""
-    if os.name != "posix":  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write via `write(file)` into a same-directory temp file, fsync, and rename onto `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Host and pid in the name let a later run remove leftovers of writers that were killed.
-    prefix = f".{path.name}.tmp@{socket.gethostname()}@{os.getpid()}@"
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
 def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
     """`torch.save(obj)` to `path` atomically: readers see the old file or the complete new one."""
-    _atomic_write(Path(path), lambda f: torch.save(obj, f))
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, lambda f: torch.save(obj, f), mode=CHECKPOINT_FILE_MODE)
 
 
 # -- state validation / loading -----------------------------------------------------------------
@@ -158,49 +106,39 @@ def load_file(
     return state
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 # -- the manager ----------------------------------------------------------------------------------
 class CheckpointManager:
-    """Rotating checkpoints `ckpt_<step:012d>.pt` in `directory`, keeping the newest `keep_last`.
+    """Rotating checkpoints `ckpt_<step:012d>.pt` in `directory`, keeping the newest `keep_last`;
+    `interval`: training iterations between checkpoints (0: only at the end, see `due`).
 
     Construction removes temp files left by writers on this host that were killed (their pid is
     gone); construct it before any rank starts saving.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep_last: int) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], keep_last: int, *, interval: int = 0
+    ) -> None:
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
             raise ConfigError(f"keep_checkpoints must be an integer >= 1, got {keep_last!r}")
         self.directory = Path(directory)
         self.keep_last = keep_last
+        self.interval = interval
         self.loaded_path: Path | None = None
         """The file the last `load()` call actually read (it may have fallen back)."""
-        self._remove_stale_temps()
+        remove_stale_temps(self.directory)
 
-    def _remove_stale_temps(self) -> None:
-        if not self.directory.is_dir():
-            return
-        host = socket.gethostname()
-        for p in self.directory.iterdir():
-            m = _TMP_RE.match(p.name)
-            # Only this host can tell whether the writer is dead (shared file systems, multinode).
-            if not m or m.group(1) != host or int(m.group(2)) == os.getpid():
-                continue
-            if not _pid_alive(int(m.group(2))):
-                with contextlib.suppress(OSError):
-                    p.unlink()
+    def due(self, iteration: int, *, last: bool = False) -> bool:
+        """Whether a checkpoint is due after `iteration`: every `interval` iterations and at the
+        `last` one."""
+        return bool(self.interval and iteration % self.interval == 0) or last
 
     def path_for(self, step: int) -> Path:
         """The file name a checkpoint of `step` gets."""
         return self.directory / f"ckpt_{int(step):012d}.pt"
+
+    def debug_path_for(self, iteration: int) -> Path:
+        """The file of the debug checkpoint written at `iteration` (outside the rotation)."""
+        return self.directory / f"debug_{iteration:012d}.pt"
 
     def checkpoints(self) -> list[tuple[int, Path]]:
         """All rotating checkpoint files as (step, path), oldest first (complete or not)."""
@@ -220,7 +158,8 @@ class CheckpointManager:
         path = self.save_as(state, self.path_for(step))
         # The pointer is replaced only now, when the file it names is complete and durable.
         pointer = {"file": path.name, "step": int(step)}
-        _atomic_write_text(self.directory / POINTER_NAME, json.dumps(pointer) + "\n")
+        pointer_bytes = (json.dumps(pointer) + "\n").encode()
+        atomic_write_bytes(self.directory / POINTER_NAME, pointer_bytes, mode=CHECKPOINT_FILE_MODE)
         self._prune(keep=path, step=int(step))
         return path
 
@@ -297,127 +236,3 @@ class CheckpointManager:
             f"no loadable checkpoint in {self.directory} ({len(candidates)} tried; newest: "
             f"{errors[0]})"
         )
-
-
-# -- RNG state ----------------------------------------------------------------------------------
-def rng_state() -> dict[str, Any]:
-    """Capture torch CPU, CUDA (every device, if CUDA was initialised), numpy and `random` states.
-
-    Only the global numpy RNG is captured (not `np.random.Generator` objects). The result is
-    weights_only-safe: numpy's key array is stored as an int64 tensor.
-    """
-    np_state = np.random.get_state(legacy=False)
-    assert isinstance(np_state, dict)
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "bit_generator": np_state["bit_generator"],
-            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
-            "pos": int(np_state["state"]["pos"]),
-            "has_gauss": int(np_state["has_gauss"]),
-            "gauss": float(np_state["gauss"]),
-        },
-        "python": random.getstate(),
-        "cuda": [],
-    }
-    # Querying CUDA would create a context; if it was never initialised its RNG was never used.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore the states captured by `rng_state()` (CUDA states only for devices present)."""
-    missing = [k for k in ("torch", "numpy", "python") if k not in state]
-    if missing:
-        raise CheckpointError(f"checkpoint RNG state lacks {', '.join(missing)}")
-    torch.set_rng_state(state["torch"].cpu())
-    npd = state["numpy"]
-    key = np.asarray(torch.as_tensor(npd["key"]).cpu().numpy(), dtype=np.uint32)
-    np.random.set_state(
-        {
-            "bit_generator": npd["bit_generator"],
-            "state": {"key": key, "pos": int(npd["pos"])},
-            "has_gauss": int(npd["has_gauss"]),
-            "gauss": float(npd["gauss"]),
-        }
-    )
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    cuda_states = list(state.get("cuda") or [])
-    if cuda_states and torch.cuda.is_available():
-        n = torch.cuda.device_count()
-        if n != len(cuda_states):
-            warnings.warn(
-                f"checkpoint has CUDA RNG states for {len(cuda_states)} devices, this machine has "
-                f"{n}; restoring the first {min(n, len(cuda_states))}",
-                stacklevel=2,
-            )
-        for i, s in enumerate(cuda_states[:n]):
-            torch.cuda.set_rng_state(s.cpu(), device=i)
-
-
-# -- config compatibility -----------------------------------------------------------------------
-def flatten_config(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings → `{dotted.key: leaf}`; sequences become lists so tuple == list."""
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten_config(v, key + "."))
-        elif isinstance(v, list | tuple):
-            out[key] = list(v)
-        else:
-            out[key] = v
-    return out
-
-
-def _ignored(key: str, patterns: Iterable[str]) -> bool:
-    parts = key.split(".")
-    for pat in patterns:
-        pp = pat.split(".")
-        for i in range(len(parts) - len(pp) + 1):
-            if all(fnmatch.fnmatchcase(parts[i + j], pp[j]) for j in range(len(pp))):
-                return True
-    return False
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = "<missing>" if value is _MISSING else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_MISSING = object()
-
-
-def check_compatible(
-    saved_cfg: Mapping[str, Any],
-    current_cfg: Mapping[str, Any],
-    ignore: Iterable[str] = RESUME_MUTABLE_KEYS,
-    *,
-    source: str | os.PathLike[str] | None = None,
-    max_listed: int = 6,
-) -> None:
-    """Raise CheckpointError naming every mismatched dotted key (checkpoint vs now), on one line.
-
-    Keys matched by `ignore` (see RESUME_MUTABLE_KEYS) may differ. `source` (the checkpoint path)
-    is named in the message when given.
-    """
-    ignore = tuple(ignore)
-    saved, current = flatten_config(saved_cfg), flatten_config(current_cfg)
-    diffs = []
-    for key in sorted(saved.keys() | current.keys()):
-        if _ignored(key, ignore):
-            continue
-        a, b = saved.get(key, _MISSING), current.get(key, _MISSING)
-        if a is _MISSING or b is _MISSING or a != b:
-            diffs.append(f"{key} (checkpoint {_short(a)}, now {_short(b)})")
-    if not diffs:
-        return
-    listed = "; ".join(diffs[:max_listed])
-    more = f"; and {len(diffs) - max_listed} more" if len(diffs) > max_listed else ""
-    where = f" {source}" if source is not None else ""
-    raise CheckpointError(
-        f"checkpoint{where} was written with a different config: {listed}{more}; resume with the "
-        "same settings or start a new run (run_dir=null resume=false)"
-    )

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 import fast_lora_td3
+from fast_lora_td3.atomic_io import atomic_write_bytes
 
 ONNX_OPSET = 17
 """ONNX opset of the exported graph (SPEC §8: ≥ 17)."""
@@ -99,15 +100,6 @@ def deployment_contract(learner: Any, env: Any, cfg: Any, step: int) -> dict[str
     return contract
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def verify_export(
     policy: nn.Module, onnx_path: Path, pt_path: Path, obs_dim: int, atol: float = VERIFY_ATOL
 ) -> float:
@@ -174,7 +166,7 @@ def export_policy(learner: Any, env: Any, out_dir: Path, cfg: Any, step: int) ->
             entry = model.metadata_props.add()
             entry.key, entry.value = key, json.dumps(value)
         onnx.checker.check_model(model)
-        _atomic_write_bytes(tmp_onnx, model.SerializeToString())
+        atomic_write_bytes(tmp_onnx, model.SerializeToString())
         scripted.save(str(tmp_pt))
         verify_export(policy, tmp_onnx, tmp_pt, learner.obs_dim)
         os.replace(tmp_onnx, paths["onnx"])
@@ -182,7 +174,7 @@ def export_policy(learner: Any, env: Any, out_dir: Path, cfg: Any, step: int) ->
     finally:
         for tmp in (tmp_onnx, tmp_pt):
             tmp.unlink(missing_ok=True)
-    _atomic_write_bytes(paths["json"], (json.dumps(contract, indent=2) + "\n").encode())
+    atomic_write_bytes(paths["json"], (json.dumps(contract, indent=2) + "\n").encode())
     return paths
 
 

@@ -31,11 +31,12 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import torch
 from torch import Tensor
 
+from fast_lora_td3.atomic_io import atomic_write
 from fast_lora_td3.errors import CheckpointError, ConfigError
 
 __all__ = ["ReplayBuffer", "ReplaySample"]
@@ -469,8 +470,8 @@ class ReplayBuffer:
         self._num_added = int(state["meta"]["num_added"])  # type: ignore[index]
 
     def save(self, path: str | os.PathLike[str], chunk_bytes: int = 64 << 20) -> None:
-        """Atomic chunked snapshot: raw tensor bytes streamed ≤ chunk_bytes at a time to a temp file
-        in the same directory, fsync, then `os.replace`."""
+        """Atomic chunked snapshot (`atomic_io.atomic_write`): raw tensor bytes streamed ≤ chunk_bytes
+        at a time."""
         path = Path(path)
         tensors = self._tensors()
         header = {
@@ -478,20 +479,16 @@ class ReplayBuffer:
             "tensors": [[k, _dtype_name(t.dtype), list(t.shape)] for k, t in tensors.items()],
         }
         blob = json.dumps(header).encode()
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(_MAGIC + len(blob).to_bytes(8, "little") + blob)
-                for t in tensors.values():
-                    for chunk in _row_chunks(t, chunk_bytes):
-                        f.write(
-                            chunk.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
-                        )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+
+        def write(f: IO[bytes]) -> None:
+            f.write(_MAGIC + len(blob).to_bytes(8, "little") + blob)
+            for t in tensors.values():
+                for chunk in _row_chunks(t, chunk_bytes):
+                    f.write(
+                        chunk.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
+                    )
+
+        atomic_write(path, write)
 
     @torch.no_grad()
     def load(self, path: str | os.PathLike[str], chunk_bytes: int = 64 << 20) -> None:

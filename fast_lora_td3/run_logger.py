@@ -1,4 +1,4 @@
-"""Run directories, metrics.jsonl, TensorBoard / W&B mirroring and the console progress line (SPEC §6).
+"""Run directories, metrics.jsonl, TensorBoard / W&B mirroring and the console progress line.
 
 Console: on a terminal a rich live bar shows progress, env-steps/s, updates/s, return, critic loss
 and ETA, refreshed by `update_progress`. When stdout is not a TTY (CI, Slurm, `| tee`), a live bar
@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from fast_lora_td3.atomic_io import atomic_write_bytes
 from fast_lora_td3.errors import ConfigError
 
 LOGGERS = ("tensorboard", "wandb", "none")
@@ -127,9 +128,7 @@ def _repair_metrics(path: Path, resume_step: int | None) -> float:
         kept.append(line)
         last_wall = float(row.get("wall_time_s") or last_wall)
     if partial or len(kept) != len(complete):
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(b"".join(line + b"\n" for line in kept))
-        os.replace(tmp, path)
+        atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
     return last_wall
 
 

@@ -1,14 +1,14 @@
 """The training loop: thin glue over env → collector → replay → learner → checkpoint.
 
 Per iteration (one env step of every env): collect, then `num_updates` critic updates with an actor
-update every `policy_frequency` critic updates. Metrics accumulate on device and are read once per
-logging interval; NaN checks read one flag every `nan_check_interval` iterations.
+update every `policy_frequency` critic updates. Metrics accumulate on device in the MetricsWindow and
+are read once per metrics row; the FiniteGuard reads one flag every `nan_check_interval` iterations;
+the CheckpointManager decides when to checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +18,18 @@ import torch
 from omegaconf import OmegaConf
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.checkpoint import CheckpointManager, check_compatible, rng_state, set_rng_state
+from fast_lora_td3.checkpoint import CheckpointManager
+from fast_lora_td3.checkpoint_state import check_compatible, rng_state, set_rng_state
 from fast_lora_td3.collector import Collector
 from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.distributed import DistributedContext
 from fast_lora_td3.envs import make_env
-from fast_lora_td3.envs.base import VecEnv
-from fast_lora_td3.errors import CheckpointError, ConfigError, NonFiniteError
+from fast_lora_td3.envs.base import StepResult, VecEnv
+from fast_lora_td3.errors import CheckpointError, ConfigError
 from fast_lora_td3.evaluation import SliceEvaluation, evaluate
+from fast_lora_td3.finite_guard import FiniteGuard
+from fast_lora_td3.metrics_window import MetricsWindow
+from fast_lora_td3.preemption import PreemptionSignal
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
 from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
@@ -33,10 +37,6 @@ from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
 """Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
-
-
-STOP_SYNC_INTERVAL = 8
-"""Data parallel: iterations between the ranks' agreement on a pending preemption signal."""
 
 FIRST_EPISODE_POLL_S = 1.0
 """Until the first training episode is logged, check for one this often (one host read)."""
@@ -119,24 +119,37 @@ class Trainer:
             for module in self.learner.modules().values():
                 self.dist.broadcast_module_(module)
             self.learner.grad_sync = self.dist.allreduce_grads_
-            # Every rank normalises with the global statistics of all ranks' rollouts (SPEC §9).
+            # Every rank normalises with the statistics of all ranks' rollouts: replicas stay equal.
             self.learner.obs_normalizer.distributed = True
             self.learner.critic_obs_normalizer.distributed = True
         self.update_step = UpdateStep(self.learner, UpdateStepConfig.from_train_config(cfg))
         self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
         if getattr(self.env, "single_instance", False):  # Isaac Lab: no second env in-process
             self.collector.eval_slice = SliceEvaluation(self.env, cfg.eval.num_envs)
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.keep_checkpoints)
+        self.checkpoints = CheckpointManager(
+            self.run_dir / "checkpoints", cfg.keep_checkpoints, interval=cfg.checkpoint_interval
+        )
         self.iteration = 0
+        self.eval_every = max(1, cfg.eval.interval // self.num_envs) if cfg.eval.interval > 0 else 0
+        """Iterations between evaluations (0: only at the end)."""
+        self.window = MetricsWindow(
+            cfg.log_interval, cfg.log_interval_s, self.num_envs, poll_s=FIRST_EPISODE_POLL_S
+        )
+        self.finite_guard = FiniteGuard(
+            cfg.nan_check_interval,
+            cfg.nan_action,
+            self.num_envs,
+            self.env.device,
+            checkpoints=self.checkpoints if rank == 0 else None,
+            state=self.state_dict,
+        )
         # An `auto` choice (mode "pending" until the first batch) runs the parity check itself.
         self._verify_pending = cfg.verify_compile and self.update_step.mode not in (
             "eager",
             "pending",
         )
-        self._stop_signal: int | None = None
+        self.preemption = PreemptionSignal(self.dist)
         self.logger: RunLogger | None = None
-        self._episode_logged = False
-        self._rows_logged = 0
         # The critic's weights at init (the seed fixes them, so a resume rebuilds the same ones).
         self._critic_init = weight_snapshot(self.learner.critic)
 
@@ -193,7 +206,7 @@ class Trainer:
 
     def _verify_compile(self) -> None:
         """`verify_compile=true`: a few updates eager and compiled from the same state must agree;
-        refuse to train otherwise (torch.compile has silently broken learning before, SPEC §5)."""
+        refuse to train otherwise (torch.compile has silently broken learning before)."""
         from fast_lora_td3.update_step import verify_compile
 
         self._verify_pending = False
@@ -208,48 +221,11 @@ class Trainer:
         if self.rank == 0:
             print(f"verify_compile: eager and compiled updates agree ({report})", flush=True)
 
-    # -- signals ------------------------------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._stop_signal = signum  # acted upon at the next step boundary
-
     def install_signal_handlers(self) -> None:
         """SIGTERM / SIGUSR1 (Slurm preemption, `--signal=B:USR1@120`) → checkpoint and exit."""
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._on_signal)
-
-    def _should_stop(self) -> bool:
-        """A preemption signal arrived; with several ranks, all agree every STOP_SYNC_INTERVAL
-        iterations so they stop at the same step (none is left waiting in a collective)."""
-        if not self.dist.enabled:
-            return self._stop_signal is not None
-        if self.iteration % STOP_SYNC_INTERVAL:
-            return False
-        return self.dist.any_true(self._stop_signal is not None)
+        self.preemption.install()
 
     # -- the loop -----------------------------------------------------------------------------
-    def _finite_flags(self) -> dict[str, torch.Tensor]:
-        true = torch.ones((), dtype=torch.bool, device=self.env.device)
-        return {"observations": true.clone(), "rewards": true.clone()}
-
-    def _check_finite(self, tensors: dict[str, torch.Tensor]) -> None:
-        names = list(tensors)
-        flags = torch.stack(
-            [
-                t.all() if t.dtype == torch.bool else torch.isfinite(t).all()
-                for t in tensors.values()
-            ]
-        ).tolist()
-        for name, ok in zip(names, flags, strict=True):
-            if not ok:
-                err = NonFiniteError(name, self.iteration * self.num_envs)
-                if self.cfg.nan_action == "skip":
-                    print(f"warning: {err} (nan_action=skip: continuing)", flush=True)
-                    return
-                if self.rank == 0:
-                    debug = self.run_dir / "checkpoints" / f"debug_{self.iteration:012d}.pt"
-                    self.checkpoints.save_as(self.state_dict(), debug)
-                raise err
-
     def run_evaluation(self) -> dict[str, float]:
         """Deterministic episodes on the separate eval envs. The training RNG streams are forked, so
         the evaluation schedule never changes the training trajectory. On one-env-per-process
@@ -267,124 +243,99 @@ class Trainer:
 
     def train(self) -> dict[str, float]:
         """Run until total_steps; returns the last metrics row."""
-        cfg, algo = self.cfg, self.cfg.algo
         if self.rank == 0:
             self.logger = RunLogger(
                 self.run_dir,
-                logger=cfg.logger,
+                logger=self.cfg.logger,
                 config=self.config_dict(),
-                total_steps=cfg.total_steps,
-                progress=cfg.progress,
+                total_steps=self.cfg.total_steps,
+                progress=self.cfg.progress,
                 resume_step=self.env_steps if self.iteration > 0 else None,
             )
-        sums: dict[str, torch.Tensor] = {}
-        counts: dict[str, int] = {}
-        finite = self._finite_flags()
-        timings = {"env": 0.0, "sample": 0.0, "update": 0.0}
-        eval_every = max(1, cfg.eval.interval // self.num_envs) if cfg.eval.interval > 0 else 0
-        last_row: dict[str, float] = {}
-        window_start = last_poll = time.perf_counter()
-        window_start_it = self.iteration
+        self.window.start(self.iteration)
         while self.iteration < self.iterations:
-            t0 = time.perf_counter()
-            result = self.collector.step()
-            t1 = time.perf_counter()
-            timings["env"] += t1 - t0
+            result = self._collect()
             self.iteration += 1
-            # The replay's host counter: a resume without a replay snapshot refills before updating.
-            if self.replay.num_added > algo.learning_starts:
-                if self._verify_pending:
-                    self._verify_compile()
-                for _ in range(algo.num_updates):
-                    ts = time.perf_counter()
-                    batch = self.replay.sample_nstep(algo.batch_size)
-                    tu = time.perf_counter()
-                    timings["sample"] += tu - ts
-                    metrics = self.update_step(batch)
-                    timings["update"] += time.perf_counter() - tu
-                    for k, v in metrics.items():
-                        sums[k] = sums[k] + v if k in sums else v.clone()
-                        counts[k] = counts.get(k, 0) + 1
-                self.learner.step_schedulers()
-            if cfg.nan_check_interval:
-                # Device-side running flags: every step is covered, the host reads every N steps.
-                finite["observations"] &= torch.isfinite(result.obs).all()
-                finite["rewards"] &= torch.isfinite(result.reward).all()
-                if self.iteration % cfg.nan_check_interval == 0:
-                    watched = dict(finite)
-                    watched.update({k: v for k, v in sums.items() if k.endswith("loss")})
-                    self._check_finite(watched)
-                    finite = self._finite_flags()
+            self._update()
+            self.finite_guard.observe(self.iteration, result, self.window.losses)
             is_last = self.iteration >= self.iterations
-            row: dict[str, float] = {}
-            if (eval_every and self.iteration % eval_every == 0) or is_last:
-                row.update(self.run_evaluation())
-            now = time.perf_counter()
-            log_due = self.iteration % cfg.log_interval == 0 or is_last or bool(row)
-            log_due |= 0 < cfg.log_interval_s <= now - window_start
-            episodes = None
-            if not log_due and not self._episode_logged and now - last_poll >= FIRST_EPISODE_POLL_S:
-                # Until the first training episode is logged: one host read per second, so its
-                # return shows as soon as it ends instead of at the first step-based row.
-                last_poll = now
-                episodes = self.env.episode_tracker.pop()
-                log_due = episodes is not None
-            if log_due:
-                row.update(self._log_row(sums, counts, timings, episodes))
-                elapsed = time.perf_counter() - window_start
-                its = self.iteration - window_start_it
-                row["env_steps_per_s"] = its * self.num_envs / max(elapsed, 1e-9)
-                row["updates_per_s"] = counts.get("critic_loss", 0) / max(elapsed, 1e-9)
-                sums, counts = {}, {}
-                timings = dict.fromkeys(timings, 0.0)
-                window_start, window_start_it = time.perf_counter(), self.iteration
-                if self.logger is not None:
-                    self.logger.log(row, env_steps=self.env_steps)
-                last_row = row
-            if self.logger is not None and cfg.progress:
-                self.logger.update_progress(
-                    self.env_steps, updates=self.update_step.num_critic_updates
-                )
-            if self.rank == 0 and (
-                (cfg.checkpoint_interval and self.iteration % cfg.checkpoint_interval == 0)
-                or is_last
-            ):
+            self._evaluate_and_log(is_last)
+            if self.rank == 0 and self.checkpoints.due(self.iteration, last=is_last):
                 self.save_checkpoint()
-            if self._should_stop():
-                if self.rank == 0:
-                    self.save_checkpoint()
-                raise Preempted(
-                    f"signal {self._stop_signal or 'on another rank'}: checkpointed at iteration {self.iteration}"
-                )
-        return last_row
+            self._stop_if_preempted()
+        return self.window.last_row
 
-    def _log_row(
-        self,
-        sums: dict[str, torch.Tensor],
-        counts: dict[str, int],
-        timings: dict[str, float],
-        episodes: dict[str, torch.Tensor] | None = None,
-    ) -> dict[str, float]:
+    def _stop_if_preempted(self) -> None:
+        """After a preemption signal: checkpoint (rank 0) and raise Preempted."""
+        if self.preemption.stop_due(self.iteration):
+            if self.rank == 0:
+                self.save_checkpoint()
+            raise Preempted(
+                f"signal {self.preemption.signum or 'on another rank'}: checkpointed at iteration {self.iteration}"
+            )
+
+    def _collect(self) -> StepResult:
+        """One env step of every env, into replay (timed as `env`)."""
+        t0 = time.perf_counter()
+        result = self.collector.step()
+        t1 = time.perf_counter()
+        self.window.timings["env"] += t1 - t0
+        return result
+
+    def _update(self) -> None:
+        """`num_updates` critic updates (actor updates on schedule), once replay holds enough."""
+        algo, timings = self.cfg.algo, self.window.timings
+        # The replay's host counter: a resume without a replay snapshot refills before updating.
+        if self.replay.num_added > algo.learning_starts:
+            if self._verify_pending:
+                self._verify_compile()
+            for _ in range(algo.num_updates):
+                ts = time.perf_counter()
+                batch = self.replay.sample_nstep(algo.batch_size)
+                tu = time.perf_counter()
+                timings["sample"] += tu - ts
+                metrics = self.update_step(batch)
+                timings["update"] += time.perf_counter() - tu
+                self.window.add(metrics)
+            self.learner.step_schedulers()
+
+    def _evaluate_and_log(self, is_last: bool) -> None:
+        """Evaluate when due, write a metrics row when one is due, advance the progress line."""
+        row: dict[str, float] = {}
+        if (self.eval_every and self.iteration % self.eval_every == 0) or is_last:
+            row.update(self.run_evaluation())
+        now = time.perf_counter()
+        log_due = self.window.due(self.iteration, now, force=is_last or bool(row))
+        episodes = None
+        if not log_due and self.window.poll_due(now):
+            # Until the first training episode is logged: one host read per second, so its
+            # return shows as soon as it ends instead of at the first step-based row.
+            episodes = self.env.episode_tracker.pop()
+            log_due = episodes is not None
+        if log_due:
+            row.update(self._log_row(episodes))
+            row.update(self.window.close(self.iteration))
+            if self.logger is not None:
+                self.logger.log(row, env_steps=self.env_steps)
+            self.window.last_row = row
+        if self.logger is not None and self.cfg.progress:
+            self.logger.update_progress(self.env_steps, updates=self.update_step.num_critic_updates)
+
+    def _log_row(self, episodes: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Means of the device-side metric sums (one host read), episode stats, time split.
 
         `episodes`: training-episode stats already popped from the tracker (else popped here).
         """
-        row: dict[str, float] = {}
-        if sums:
-            keys = list(sums)
-            values = torch.stack([sums[k].float() / counts[k] for k in keys]).tolist()
-            row.update(dict(zip(keys, values, strict=True)))
+        row = self.window.means()
         if episodes is None:
             episodes = self.env.episode_tracker.pop()
         if episodes is not None:
             row["episode_return"] = float(episodes["mean_return"])
             row["episode_length"] = float(episodes["mean_length"])
-            self._episode_logged = True
-        total = sum(timings.values()) or 1.0
-        row.update({f"time/{k}_frac": v / total for k, v in timings.items()})
-        self._rows_logged += 1
+            self.window.episode_logged = True
+        row.update(self.window.time_fractions())
         is_last = self.iteration >= self.iterations
-        if is_last or self._rows_logged % WEIGHT_STATS_EVERY_ROWS == 1:
+        if is_last or self.window.rows % WEIGHT_STATS_EVERY_ROWS == 0:  # this row is rows + 1
             with torch.no_grad():
                 stats = self.learner.adapter_norms()
                 stats.update(weight_change_norms(self.learner.critic, self._critic_init))

@@ -18,14 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from fast_lora_td3.checkpoint import (
-    POINTER_NAME,
-    CheckpointManager,
-    atomic_save,
-    check_compatible,
-    rng_state,
-    set_rng_state,
-)
+from fast_lora_td3.atomic_io import atomic_write, atomic_write_bytes
+from fast_lora_td3.checkpoint import POINTER_NAME, CheckpointManager, atomic_save
+from fast_lora_td3.checkpoint_state import check_compatible, rng_state, set_rng_state
 from fast_lora_td3.errors import CheckpointError, ConfigError
 
 
@@ -126,6 +121,43 @@ def test_atomic_save_failure_keeps_old_file(tmp_path: Path) -> None:
         atomic_save({"f": lambda: 0}, path)
     assert torch.equal(torch.load(path, weights_only=True)["a"], torch.ones(3))
     assert [p.name for p in tmp_path.iterdir()] == ["x.pt"]
+
+
+def test_atomic_write_modes_and_failure(tmp_path: Path) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    plain = tmp_path / "sub" / "plain.json"  # the parent is created
+    atomic_write_bytes(plain, b"one")
+    assert plain.read_bytes() == b"one"
+    assert plain.stat().st_mode & 0o777 == 0o666 & ~umask  # what open() would have given
+    atomic_write_bytes(plain, b"two", mode=0o600)
+    assert plain.read_bytes() == b"two" and plain.stat().st_mode & 0o777 == 0o600
+
+    def fail_midway(f) -> None:
+        f.write(b"partial")
+        raise RuntimeError("writer died")
+
+    with pytest.raises(RuntimeError, match="writer died"):
+        atomic_write(plain, fail_midway)
+    assert plain.read_bytes() == b"two" and [p.name for p in plain.parent.iterdir()] == [
+        "plain.json"
+    ]
+
+
+def test_checkpoint_files_stay_owner_only(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keep_last=1)
+    path = mgr.save({"step": 1}, 1)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / POINTER_NAME).stat().st_mode & 0o777 == 0o600
+
+
+def test_checkpoint_interval_decides_when_to_save(tmp_path: Path) -> None:
+    every3 = CheckpointManager(tmp_path, keep_last=1, interval=3)
+    assert [i for i in range(1, 11) if every3.due(i)] == [3, 6, 9]
+    assert every3.due(10, last=True)
+    at_end = CheckpointManager(tmp_path, keep_last=1)  # interval 0: only the last iteration
+    assert not any(at_end.due(i) for i in range(1, 11)) and at_end.due(10, last=True)
+    assert at_end.debug_path_for(12) == tmp_path / "debug_000000000012.pt"
 
 
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "empty"])

@@ -15,8 +15,13 @@ import torch
 from cli_helpers import NO_EXPORT as SMALL
 from cli_helpers import cli
 
+from fast_lora_td3 import metrics_window
+from fast_lora_td3.checkpoint import CheckpointManager
 from fast_lora_td3.cli import compose_config
+from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.errors import NonFiniteError
+from fast_lora_td3.finite_guard import FiniteGuard
+from fast_lora_td3.metrics_window import MetricsWindow
 from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
 
 
@@ -71,6 +76,83 @@ def test_nan_guard_names_tensor_and_saves_debug_checkpoint(tmp_path: Path) -> No
     assert info.value.step == 10 * 8
     assert list((tmp_path / "checkpoints").glob("debug_*.pt"))
     trainer.close()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_metrics_window_means_schedule_and_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(metrics_window, "time", clock)
+    window = MetricsWindow(log_interval=5, log_interval_s=0.5, num_envs=4, poll_s=1.0)
+    window.start(10)
+    for critic, actor in ((1.0, 2.0), (2.0, None), (6.0, 4.0)):
+        update = {"critic_loss": torch.tensor(critic), "q_mean": torch.tensor(-critic)}
+        if actor is not None:
+            update["actor_loss"] = torch.tensor(actor)
+        window.add(update)
+    assert window.means() == {"critic_loss": 3.0, "q_mean": -3.0, "actor_loss": 3.0}
+    assert list(window.losses()) == ["critic_loss", "actor_loss"]
+    # Rows: every log_interval iterations, when forced, or after log_interval_s seconds.
+    assert window.due(15, 100.1) and not window.due(14, 100.1)
+    assert window.due(14, 100.1, force=True) and window.due(14, 100.5)
+    # First-episode polling: at most every poll_s seconds, and never once an episode is logged.
+    assert not window.poll_due(100.5) and window.poll_due(101.0) and not window.poll_due(101.5)
+    window.episode_logged = True
+    assert not window.poll_due(105.0)
+    window.timings.update(env=1.0, sample=1.0, update=2.0)
+    assert window.time_fractions() == {
+        "time/env_frac": 0.25,
+        "time/sample_frac": 0.25,
+        "time/update_frac": 0.5,
+    }
+    clock.now = 102.0  # 2 s for 8 iterations of 4 envs and 3 critic updates
+    assert window.close(18) == {"env_steps_per_s": 16.0, "updates_per_s": 1.5}
+    assert window.means() == {} and window.rows == 1 and window.start_iteration == 18
+    assert set(window.time_fractions().values()) == {0.0}  # no time yet: no division by zero
+    assert not window.due(19, 102.4) and window.due(19, 102.5)  # the clock restarted at close
+
+
+def _step(reward: float) -> StepResult:
+    obs = torch.zeros(4, 2)
+    done = torch.zeros(4, dtype=torch.bool)
+    return StepResult(obs, obs, torch.full((4,), reward), done, done, obs, obs)
+
+
+def test_finite_guard_skip_stop_and_debug_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cpu = torch.device("cpu")
+    guard = FiniteGuard(2, "skip", 4, cpu, checkpoints=None, state=dict)
+    guard.observe(1, _step(float("nan")), dict)  # flagged on the device, read at iteration 2
+    assert capsys.readouterr().out == ""
+    guard.observe(2, _step(0.0), dict)
+    assert (
+        "non-finite values in 'rewards' at env step 8 (nan_action=skip" in capsys.readouterr().out
+    )
+    guard.observe(3, _step(0.0), dict)
+    guard.observe(4, _step(0.0), dict)  # the flags were reset after the check
+    assert capsys.readouterr().out == ""
+
+    nan_loss = {"critic_loss": torch.tensor(float("nan"))}
+    manager = CheckpointManager(tmp_path / "ckpt", keep_last=1)
+    stop = FiniteGuard(3, "stop", 4, cpu, checkpoints=manager, state=lambda: {"step": 3})
+    stop.observe(2, _step(0.0), lambda: nan_loss)  # not a check iteration: losses not read
+    with pytest.raises(NonFiniteError, match="'critic_loss' at env step 12") as info:
+        stop.observe(3, _step(0.0), lambda: nan_loss)
+    assert info.value.step == 12
+    assert torch.load(manager.debug_path_for(3), weights_only=True) == {"step": 3}
+    other_rank = FiniteGuard(1, "stop", 4, cpu, checkpoints=None, state=dict)
+    with pytest.raises(NonFiniteError, match="rewards"):
+        other_rank.observe(1, _step(float("inf")), dict)
+    off = FiniteGuard(0, "stop", 4, cpu, checkpoints=manager, state=dict)
+    off.observe(5, _step(float("nan")), lambda: nan_loss)  # nan_check_interval=0: never checks
+    assert [p.name for p in manager.directory.iterdir()] == ["debug_000000000003.pt"]
 
 
 def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:
