@@ -350,7 +350,7 @@ def test_fastsac_critic_preset_and_experiments() -> None:
     """Issue 10 / SPEC §2.2: `critic=mlp_silu_ln` is the FastSAC critic (Linear → LayerNorm → SiLU,
     768-384-192); the dense FastSAC preset uses it with the FastSAC actor, the LoRA preset swaps in
     the SimbaV2-LoRA critic and keeps the rest of the recipe."""
-    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.compose import compose_config
     from fast_lora_td3.nn import EnsembleLayerNorm, EnsembleLinear
 
     cfg = compose_config(["critic=mlp_silu_ln"])

@@ -15,7 +15,7 @@ import torch
 from cli_helpers import NO_EXPORT as SMALL
 from cli_helpers import cli
 
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.errors import NonFiniteError
 from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
 
