@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = "fast_lora_td3"
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = {
@@ -178,3 +180,16 @@ def test_importing_the_package_loads_no_simulator() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "", f"`import fast_lora_td3` imported {out.stdout.strip()}"
+
+
+def test_every_public_name_resolves_to_its_defining_module() -> None:
+    import importlib
+
+    import fast_lora_td3
+
+    lazy = fast_lora_td3._ENTRY_POINTS
+    assert set(fast_lora_td3.__all__) == {"__version__", *lazy}
+    for name, module in lazy.items():
+        assert getattr(fast_lora_td3, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        fast_lora_td3.no_such_name  # noqa: B018
