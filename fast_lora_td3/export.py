@@ -1,4 +1,4 @@
-"""Policy export for deployment (SPEC §8): ONNX + TorchScript + policy.json.
+"""Policy export for deployment: ONNX + TorchScript + policy.json.
 
 The exported graph is `actor(normalise(obs))`, deterministic, with the observation normaliser inside.
 It never contains the critic or any LoRA part.
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import fast_lora_td3
 
 ONNX_OPSET = 17
-"""ONNX opset of the exported graph (SPEC §8: ≥ 17)."""
+"""ONNX opset of the exported graph (17: the first with a LayerNormalization op, used by SiLU+LN actors)."""
 CONTRACT_FORMAT = "fast_lora_td3.policy/1"
 """Version tag of the policy.json / ONNX-metadata contract."""
 VERIFY_ATOL = 1e-5

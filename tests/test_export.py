@@ -1,4 +1,4 @@
-"""Policy export (SPEC §8): ONNX / TorchScript equal the torch policy, the contract round-trips, and
+"""Policy export: ONNX / TorchScript equal the torch policy, the contract round-trips, and
 the ONNX policy drives mjlab cartpole to the torch policy's return (sim-to-sim)."""
 
 from __future__ import annotations
