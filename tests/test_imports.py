@@ -5,6 +5,8 @@ of another package module written anywhere in a file: at module level, inside fu
 imports) and under `if TYPE_CHECKING:`. Lazy imports count because a cycle hidden in a function
 is still a cycle between layers (cli ↔ play was one); parent packages are not implicit edges,
 since Python initialises a package before its submodules and that order cannot form a loop.
+The public names of `fast_lora_td3/__init__.py` load through `importlib` on first access, not at
+import time, so they are no edges.
 """
 
 from __future__ import annotations
