@@ -58,34 +58,12 @@ def translate_overrides(args: Sequence[str]) -> list[str]:
     return out
 
 
-def compose_config(overrides: Sequence[str]):  # -> TrainConfig
-    """Compose configs/train.yaml with overrides and return a validated TrainConfig object."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    from fast_lora_td3.config import register_configs
-    from fast_lora_td3.errors import ConfigError
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module="fast_lora_td3.configs", version_base=None):
-            dcfg = compose(config_name="train", overrides=list(overrides))
-        cfg = OmegaConf.to_object(dcfg)
-    except ConfigError:
-        raise
-    except Exception as exc:  # Hydra / OmegaConf parse and validation errors
-        msg = " ".join(str(exc).split("\n")[0].split())
-        raise ConfigError(f"bad override: {msg}") from None
-    return cfg
-
-
 def _print_error(exc: BaseException) -> None:
     print(f"fast-lora-td3: error: {exc}", file=sys.stderr, flush=True)
 
 
 def _cmd_train(overrides: list[str]) -> int:
+    from fast_lora_td3.compose import compose_config
     from fast_lora_td3.cpu_defaults import explicit_keys
     from fast_lora_td3.train import run_training
 
@@ -99,7 +77,7 @@ def _cmd_play(overrides: list[str]) -> int:
 
 
 def _cmd_export(overrides: list[str]) -> int:
-    from fast_lora_td3.play import run_export
+    from fast_lora_td3.export import run_export
 
     return run_export(overrides)
 

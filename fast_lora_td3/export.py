@@ -1,4 +1,4 @@
-"""Policy export for deployment (SPEC §8): ONNX + TorchScript + policy.json.
+"""Policy export for deployment: ONNX + TorchScript + policy.json.
 
 The exported graph is `actor(normalise(obs))`, deterministic, with the observation normaliser inside.
 It never contains the critic or any LoRA part.
@@ -21,7 +21,7 @@ import fast_lora_td3
 from fast_lora_td3.atomic_io import atomic_write_bytes
 
 ONNX_OPSET = 17
-"""ONNX opset of the exported graph (SPEC §8: ≥ 17)."""
+"""ONNX opset of the exported graph (17: the first with a LayerNormalization op, used by SiLU+LN actors)."""
 CONTRACT_FORMAT = "fast_lora_td3.policy/1"
 """Version tag of the policy.json / ONNX-metadata contract."""
 VERIFY_ATOL = 1e-5
@@ -184,3 +184,29 @@ def read_onnx_metadata(path: Path) -> dict[str, Any]:
 
     model = onnx.load(str(path))
     return {p.key: json.loads(p.value) for p in model.metadata_props}
+
+
+def run_export(overrides: list[str]) -> int:
+    """`fast-lora-td3 export`: write a checkpoint's policy into `<run>/exported/` (or `out=DIR`)."""
+    from fast_lora_td3.envs import make_env  # the command's imports: export_policy needs none
+    from fast_lora_td3.inference import (
+        build_learner,
+        load_for_inference,
+        resolve_checkpoint,
+        split_overrides,
+    )
+
+    own, rest = split_overrides(overrides)
+    ckpt = resolve_checkpoint(own.get("checkpoint"))
+    cfg, state = load_for_inference(ckpt, rest)
+    cfg.env.num_envs = 1
+    env = make_env(cfg.env)
+    try:
+        learner = build_learner(cfg, env, state)
+        out = Path(own.get("out") or ckpt.parent.parent / "exported")
+        paths = export_policy(learner, env, out, cfg, int(state.get("env_steps", 0)))
+    finally:
+        env.close()
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0

@@ -1,4 +1,5 @@
-"""`play` (deterministic episodes of a checkpoint, or of an exported ONNX policy) and `export`."""
+"""`play`: deterministic episodes of a checkpoint (torch), of an exported ONNX policy
+(onnxruntime), or of both from the same seeded resets (sim-to-sim check)."""
 
 from __future__ import annotations
 
@@ -6,75 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from fast_lora_td3.checkpoint import CheckpointManager, load_file
-from fast_lora_td3.config import TrainConfig, register_configs
-from fast_lora_td3.errors import CheckpointError, ConfigError
+from fast_lora_td3.compose import compose_config
+from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.export import read_onnx_metadata
+from fast_lora_td3.inference import (
+    build_learner,
+    load_for_inference,
+    resolve_checkpoint,
+    split_overrides,
+)
 from fast_lora_td3.validate import resolve_device
-
-
-def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Separate the command's own keys (checkpoint, exported, episodes, out, video_length) from
-    config overrides."""
-    own, rest = {}, []
-    for item in overrides:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"bad override {item!r}: expected key=value")
-        if key in ("checkpoint", "exported", "episodes", "out", "video_length"):
-            own[key] = value
-        else:
-            rest.append(item)
-    return own, rest
-
-
-def resolve_checkpoint(path: str | None) -> Path:
-    """A checkpoint file, or the latest checkpoint of a run directory."""
-    if not path:
-        raise ConfigError("checkpoint=PATH is required (a checkpoint file or a run directory)")
-    p = Path(path)
-    if p.is_dir():
-        ckpt_dir = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-        latest = CheckpointManager(ckpt_dir, keep_last=1_000_000).latest()
-        if latest is None:
-            raise CheckpointError(f"checkpoint={path}: no checkpoint found in {ckpt_dir}")
-        return latest
-    if not p.exists():
-        raise CheckpointError(f"checkpoint={path} does not exist")
-    return p
-
-
-def load_for_inference(ckpt: Path, overrides: list[str]) -> tuple[TrainConfig, dict[str, Any]]:
-    """The saved run's config with `overrides` applied, and the checkpoint state."""
-    state = load_file(ckpt)
-    register_configs()
-    base = OmegaConf.structured(TrainConfig)
-    try:
-        merged = OmegaConf.merge(base, state["config"], OmegaConf.from_dotlist(overrides))
-        cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    except Exception as exc:
-        raise ConfigError(f"bad override: {str(exc).splitlines()[0]}") from None
-    cfg.device = resolve_device(cfg.device)
-    cfg.env.device = cfg.device
-    return cfg, state
-
-
-def build_learner(cfg: TrainConfig, env: Any, state: dict[str, Any]) -> Any:
-    """A learner with the checkpoint's weights."""
-    from fast_lora_td3.algos import make_learner
-
-    learner = make_learner(
-        cfg.algo,
-        cfg.critic,
-        cfg.actor,
-        env.obs_dim,
-        env.critic_obs_dim,
-        env.action_dim,
-        cfg.device,
-    )
-    learner.load_state_dict(state["learner"])
-    return learner
 
 
 def onnx_policy(path: Path, device: torch.device) -> Any:
@@ -95,9 +39,6 @@ def onnx_policy(path: Path, device: torch.device) -> Any:
 def config_from_exported(path: Path, overrides: list[str]) -> TrainConfig:
     """A config for the env an exported policy was trained on (backend and task from its ONNX
     metadata), with `overrides` applied; used when play gets `exported=` without a checkpoint."""
-    from fast_lora_td3.cli import compose_config
-    from fast_lora_td3.export import read_onnx_metadata
-
     if not Path(path).is_file():
         raise ConfigError(f"exported={path} does not exist (expected <run>/exported/policy.onnx)")
     meta = read_onnx_metadata(Path(path))
@@ -187,32 +128,9 @@ def _record(policies: dict[str, Any], env: Any, own: dict[str, str], source: Pat
 
 def _check_exported_matches(path: Path, obs_dim: int, action_dim: int) -> None:
     """The ONNX policy's declared obs/action sizes must match the env it is played in."""
-    from fast_lora_td3.export import read_onnx_metadata
-
     meta = read_onnx_metadata(path)
     for key, have in (("obs_dim", obs_dim), ("action_dim", action_dim)):
         if key in meta and int(meta[key]) != have:
             raise ConfigError(
                 f"exported={path}: policy {key}={meta[key]} but the env has {key}={have}"
             )
-
-
-def run_export(overrides: list[str]) -> int:
-    """Export a checkpoint's policy into `<run>/exported/` (or `out=DIR`)."""
-    from fast_lora_td3.envs import make_env
-    from fast_lora_td3.export import export_policy
-
-    own, rest = split_overrides(overrides)
-    ckpt = resolve_checkpoint(own.get("checkpoint"))
-    cfg, state = load_for_inference(ckpt, rest)
-    cfg.env.num_envs = 1
-    env = make_env(cfg.env)
-    try:
-        learner = build_learner(cfg, env, state)
-        out = Path(own.get("out") or ckpt.parent.parent / "exported")
-        paths = export_policy(learner, env, out, cfg, int(state.get("env_steps", 0)))
-    finally:
-        env.close()
-    for kind, path in paths.items():
-        print(f"{kind}: {path}")
-    return 0

@@ -9,7 +9,7 @@ from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.envs.factory import check_device, validate_env_config
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.actor import validate_actor_config
-from fast_lora_td3.nn.critic import validate_critic_config
+from fast_lora_td3.nn.critic import critic_adapted_widths, validate_critic_config
 from fast_lora_td3.update_mode import parse_flag
 
 ALGOS = (*LEARNERS, "ppo")
@@ -72,8 +72,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.gamma must be in (0, 1] (got {algo.gamma})")
     if not 0.0 < algo.tau <= 1.0:
         raise ConfigError(f"algo.tau must be in (0, 1] (got {algo.tau})")
-    if critic.family.endswith("lora"):
-        widths = [critic.width] if critic.family == "simbav2_lora" else list(critic.hidden_dims)
+    widths = critic_adapted_widths(critic)  # None: the family has no adapters
+    if widths is not None:
         limit = min(widths)
         if not 0 < critic.rank < limit:
             raise ConfigError(

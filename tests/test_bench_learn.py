@@ -14,7 +14,8 @@ import pytest
 
 from fast_lora_td3.bench_learn import SUITES, plan_runs, run_bench_learn
 from fast_lora_td3.bench_report import PLOTS
-from fast_lora_td3.cli import compose_config, main
+from fast_lora_td3.cli import main
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.validate import validate
 
 

@@ -15,7 +15,8 @@ from cli_helpers import SMALL
 from torch import nn
 
 from fast_lora_td3 import trainer as trainer_module
-from fast_lora_td3.cli import compose_config, translate_overrides
+from fast_lora_td3.cli import translate_overrides
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.cpu_defaults import apply_cpu_defaults, explicit_keys
 from fast_lora_td3.trainer import Trainer
 from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot

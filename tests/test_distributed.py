@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from cli_helpers import NO_EXPORT as SMALL
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.distributed import DUMP_ENV, TIMEOUT_ENV, DistributedContext
 from fast_lora_td3.replay import ReplaySample
 from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig

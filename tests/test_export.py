@@ -1,4 +1,4 @@
-"""Policy export (SPEC §8): ONNX / TorchScript equal the torch policy, the contract round-trips, and
+"""Policy export: ONNX / TorchScript equal the torch policy, the contract round-trips, and
 the ONNX policy drives mjlab cartpole to the torch policy's return (sim-to-sim)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import torch
 from cli_helpers import SMALL, cli
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config, compose_run_config
+from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.export import ONNX_OPSET, deployed_policy, export_policy, read_onnx_metadata
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
@@ -126,6 +127,28 @@ def _returns(stdout: str) -> dict[str, list[float]]:
         if name in out and " return " in line:
             out[name].append(float(line.split(" return ")[1].split()[0]))
     return out
+
+
+def test_play_and_export_compose_a_saved_config_like_train() -> None:
+    """The saved run's config takes overrides through the same Hydra composition as `train`:
+    same typed result for the same overrides, same one-line error for the same mistake."""
+    from omegaconf import OmegaConf
+
+    trained = compose_config(SMALL)
+    saved = OmegaConf.to_container(OmegaConf.structured(trained))
+    again = compose_run_config(saved, [])
+    assert again == trained
+    overrides = ["eval.num_envs=3", "eval.max_steps=null", "critic.hidden_dims=[8,8]", "seed=7"]
+    assert compose_run_config(saved, overrides) == compose_config([*SMALL, *overrides])
+    for bad in ("eval.no_such_key=1", "seed=abc"):
+        with pytest.raises(ConfigError) as from_saved:
+            compose_run_config(saved, [bad])
+        with pytest.raises(ConfigError) as from_train:
+            compose_config([bad])
+        assert str(from_saved.value) == str(from_train.value)
+        assert str(from_saved.value).startswith("bad override:") and "\n" not in str(
+            from_saved.value
+        )
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from test_envs_isaaclab import N, _App, _StandInEnv
 
 import fast_lora_td3.cli as cli
 import fast_lora_td3.envs.isaaclab_env as il
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.envs import EnvConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.tasks.isaaclab_g1 import ISAACLAB_TASK_IDS, check_isaaclab_version

@@ -1,4 +1,4 @@
-"""Critics and actors (SPEC §2.1–§2.4): families, batched members, parameter groups, SAC log-prob."""
+"""Critics and actors: families, batched members, parameter groups, SAC log-prob."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def test_deterministic_actor(family: str, activation: str) -> None:
     assert torch.count_nonzero(actor.out.bias) == 0
     if family == "mlp":
         assert actor.out.weight.std().item() == pytest.approx(0.01, abs=1.5e-3)
-    else:  # SimbaV2 head: unit-norm output rows (SPEC §2.3)
+    else:  # SimbaV2 head: unit-norm output rows, as the official heads
         norms = torch.linalg.vector_norm(actor.out.out.effective_weight().double(), dim=-1)
         torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-6, rtol=0)
     obs = torch.randn(9, OBS) * 100
@@ -308,7 +308,7 @@ def test_bad_actor_config_raises(cfg: ActorConfig, kind: str, setting: str) -> N
     "name", ["simbav2", "simbav2_lora", "simbav2_lora_all", "simbav2_lora_fwd"]
 )
 def test_simbav2_critic_head_is_unit_row_hyperdense_with_zero_bias(name: str) -> None:
-    """Issue 10 / SPEC §2.3: the C51 output layer is a dense unit-row HyperDense (also under LoRA)
+    """Issue 10: the C51 output layer is a dense unit-row HyperDense (also under LoRA)
     plus a zero-initialised per-member bias; the logit scale comes from the head's Scaler."""
     critic = _critic(name, seed=9)
     head = critic.net[-1]
@@ -347,10 +347,10 @@ def test_simbav2_actor_heads_follow_official_policy(kind: str) -> None:
 
 
 def test_fastsac_critic_preset_and_experiments() -> None:
-    """Issue 10 / SPEC §2.2: `critic=mlp_silu_ln` is the FastSAC critic (Linear → LayerNorm → SiLU,
+    """Issue 10: `critic=mlp_silu_ln` is the FastSAC critic (Linear → LayerNorm → SiLU,
     768-384-192); the dense FastSAC preset uses it with the FastSAC actor, the LoRA preset swaps in
     the SimbaV2-LoRA critic and keeps the rest of the recipe."""
-    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.compose import compose_config
     from fast_lora_td3.nn import EnsembleLayerNorm, EnsembleLinear
 
     cfg = compose_config(["critic=mlp_silu_ln"])
@@ -370,3 +370,28 @@ def test_fastsac_critic_preset_and_experiments() -> None:
     assert lora.critic.family == "simbav2_lora" and lora.actor == dense.actor
     for key in ("gamma", "tau", "batch_size", "num_atoms", "v_max", "betas", "weight_decay"):
         assert getattr(lora.algo, key) == getattr(dense.algo, key), key
+
+
+@pytest.mark.parametrize(
+    ("critic", "limit"),
+    [
+        ({"family": "simbav2_lora", "width": 32}, 32),
+        ({"family": "mlp_lora", "hidden_dims": [64, 16]}, 16),
+        ({"family": "mlp", "hidden_dims": [8]}, None),
+        ({"family": "simbav2", "width": 8}, None),
+    ],
+)
+def test_run_level_rank_check_uses_each_familys_adapted_widths(critic: dict, limit: int | None):
+    """validate() bounds the LoRA rank by the family table's adapted widths; dense families have
+    no rank to check."""
+    from fast_lora_td3.config import TrainConfig
+    from fast_lora_td3.validate import validate
+
+    cfg = TrainConfig()
+    for rank in (limit or 10_000, (limit or 10_000) - 1):
+        cfg.critic = CriticConfig(**critic, rank=rank)
+        if limit is not None and rank >= limit:
+            with pytest.raises(ConfigError, match=rf"critic\.rank={rank} .* 0 < rank < {limit}"):
+                validate(cfg)
+        else:
+            validate(cfg)

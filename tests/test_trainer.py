@@ -17,7 +17,7 @@ from cli_helpers import cli
 
 from fast_lora_td3 import metrics_window
 from fast_lora_td3.checkpoint import CheckpointManager
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.errors import NonFiniteError
 from fast_lora_td3.finite_guard import FiniteGuard

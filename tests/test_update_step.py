@@ -438,7 +438,7 @@ def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failur
 
 
 def test_train_config_defaults_to_auto_and_hydra_false_is_explicit() -> None:
-    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.compose import compose_config
 
     cfg = compose_config([])
     assert (cfg.compile, cfg.cuda_graph) == ("auto", "auto")

@@ -2,7 +2,13 @@
 
 from fast_lora_td3.nn.actor import DeterministicActor, TanhGaussianActor, build_actor
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
-from fast_lora_td3.nn.critic import CRITIC_FAMILIES, TwinCritic, build_critic
+from fast_lora_td3.nn.critic import (
+    CRITIC_FAMILIES,
+    CriticFamily,
+    TwinCritic,
+    build_critic,
+    register_critic_family,
+)
 from fast_lora_td3.nn.distributional import C51Support, expected_value, project_distribution
 from fast_lora_td3.nn.layers import (
     EnsembleLayerNorm,
@@ -33,6 +39,7 @@ __all__ = [
     "ActorConfig",
     "C51Support",
     "CriticConfig",
+    "CriticFamily",
     "DeterministicActor",
     "EmpiricalNormalizer",
     "EnsembleLayerNorm",
@@ -57,4 +64,5 @@ __all__ = [
     "merge_lora_",
     "project_distribution",
     "project_weights_",
+    "register_critic_family",
 ]

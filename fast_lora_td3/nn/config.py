@@ -10,7 +10,8 @@ class CriticConfig:
     """Twin distributional critic. `family` selects the architecture (SPEC §2.1, §2.3, §2.4)."""
 
     family: str = "mlp"
-    """One of `mlp`, `simbav2`, `simbav2_lora`, `mlp_lora`."""
+    """A key of `nn.critic.CRITIC_FAMILIES` (a plain str, not a Literal, so `register_critic_family`
+    can add one): built in `mlp`, `simbav2`, `simbav2_lora`, `mlp_lora`."""
     hidden_dims: list[int] = field(default_factory=lambda: [1024, 512, 256])
     """Hidden widths of the `mlp` / `mlp_lora` families (FastTD3 recipe: 1024-512-256)."""
     activation: str = "relu"

@@ -1,13 +1,17 @@
-"""Twin (ensemble) distributional critics: all members in one batched computation (SPEC §2.1–§2.4).
+"""Twin (ensemble) distributional critics: all members in one batched computation.
 
-Families: `mlp` (FastTD3 ReLU or FastSAC SiLU+LayerNorm), `mlp_lora` (LoRALinear for the chosen
-linears), `simbav2` and `simbav2_lora` (LoRA on the chosen HyperDense layers). Every layer carries
-the leading ensemble axis E = `cfg.num_members`; the output is C51 logits `[E, B, num_atoms]`.
+Every layer carries the leading ensemble axis E = `cfg.num_members`; the output is C51 logits
+`[E, B, num_atoms]`. A family is a row of `CRITIC_FAMILIES` (name → builder, checks, adapted
+widths); `register_critic_family` adds one. Built in: `mlp` (FastTD3 ReLU or FastSAC
+SiLU+LayerNorm), `simbav2`, `simbav2_lora` (LoRA on the chosen HyperDense layers) and `mlp_lora`
+(LoRALinear for the chosen linears).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,13 +32,52 @@ from fast_lora_td3.nn.simbav2 import SimbaV2Encoder, SimbaV2Head
 
 __all__ = [
     "CRITIC_FAMILIES",
+    "CriticFamily",
     "TwinCritic",
     "adapter_parameters",
     "build_critic",
+    "critic_adapted_widths",
     "dense_trainable_parameters",
+    "register_critic_family",
 ]
 
-CRITIC_FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
+CriticNetBuilder = Callable[[CriticConfig, int, int], nn.Module]
+"""`(cfg, in_dim, num_atoms) → net`: maps `[B, in_dim]` (or `[E, B, in_dim]`) to logits
+`[E, B, num_atoms]` with E = `cfg.num_members`."""
+
+
+@dataclass(frozen=True)
+class CriticFamily:
+    """One critic family: how to build its network and how to check its settings."""
+
+    build: CriticNetBuilder
+    """Builds the ensemble network from the config, the input width (obs + action) and the atoms."""
+    validate: Callable[[CriticConfig], None]
+    """Raises ConfigError (one line naming the setting) on a config this family cannot build."""
+    adapted_widths: Callable[[CriticConfig], list[int]] | None = None
+    """LoRA families: the widths of the adapted layers (the rank must be below their minimum)."""
+
+
+CRITIC_FAMILIES: dict[str, CriticFamily] = {}
+"""Family name → `CriticFamily`; `critic.family` must be one of its keys."""
+
+
+def register_critic_family(
+    name: str,
+    build: CriticNetBuilder,
+    validate: Callable[[CriticConfig], None] | None = None,
+    adapted_widths: Callable[[CriticConfig], list[int]] | None = None,
+) -> None:
+    """Make `critic.family=<name>` build `build(cfg, in_dim, num_atoms)` (see `CriticNetBuilder`).
+
+    `validate` runs after the checks every family shares (family name, num_members); give
+    `adapted_widths` for a LoRA family so the run-level rank check covers it.
+    """
+    if name in CRITIC_FAMILIES:
+        raise ValueError(f"critic family {name!r} is already registered")
+    CRITIC_FAMILIES[name] = CriticFamily(build, validate or (lambda cfg: None), adapted_widths)
+
+
 MLP_ACTIVATIONS = ("relu", "silu_layernorm")
 # mlp_lora also accepts `blocks` (the config default) as an alias of `hidden`: an MLP's hidden
 # linears play the role of SimbaV2's residual-block linears.
@@ -51,45 +94,64 @@ def _check_positive(name: str, value: int) -> None:
 
 def validate_critic_config(cfg: CriticConfig) -> None:
     """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
-    if cfg.family not in CRITIC_FAMILIES:
+    family = CRITIC_FAMILIES.get(cfg.family)
+    if family is None:
         raise ConfigError(
             f"critic.family={cfg.family!r} is invalid; choose one of {', '.join(CRITIC_FAMILIES)}"
         )
     _check_positive("critic.num_members", cfg.num_members)
-    if cfg.family.startswith("mlp"):
-        if cfg.activation not in MLP_ACTIVATIONS:
-            raise ConfigError(
-                f"critic.activation={cfg.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
-            )
-        if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
-            raise ConfigError(
-                f"critic.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
-            )
-    else:
-        _check_positive("critic.width", cfg.width)
-        _check_positive("critic.num_blocks", cfg.num_blocks)
-    valid_sets = _LORA_LAYER_SETS.get(cfg.family)
-    if valid_sets is not None:
-        if cfg.lora_init not in LORA_INITS:
-            raise ConfigError(
-                f"critic.lora_init={cfg.lora_init!r} is invalid; choose one of {LORA_INITS}"
-            )
-        if cfg.weight_norm not in WEIGHT_NORMS:
-            raise ConfigError(
-                f"critic.weight_norm={cfg.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
-            )
-        _check_positive("critic.rank", cfg.rank)
-        if cfg.kernel_init_scale <= 0:
-            raise ConfigError(f"critic.kernel_init_scale={cfg.kernel_init_scale} must be > 0")
-        if cfg.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
-            check_lora_wn(cfg.lora_init, cfg.kernel_init_scale, cfg.weight_norm)
-        layers = list(cfg.lora_layers)
-        bad = [name for name in layers if name not in valid_sets]
-        if bad or not layers:
-            raise ConfigError(
-                f"critic.lora_layers={layers} is invalid for critic.family={cfg.family}; "
-                f"give a non-empty list drawn from {list(valid_sets)}"
-            )
+    family.validate(cfg)
+
+
+def _validate_mlp(cfg: CriticConfig) -> None:
+    if cfg.activation not in MLP_ACTIVATIONS:
+        raise ConfigError(
+            f"critic.activation={cfg.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
+        )
+    if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
+        raise ConfigError(
+            f"critic.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
+        )
+
+
+def _validate_simbav2(cfg: CriticConfig) -> None:
+    _check_positive("critic.width", cfg.width)
+    _check_positive("critic.num_blocks", cfg.num_blocks)
+
+
+def _validate_lora(cfg: CriticConfig) -> None:
+    """The adapter settings shared by the `*_lora` families, and `lora_layers` for this family."""
+    valid_sets = _LORA_LAYER_SETS[cfg.family]
+    if cfg.lora_init not in LORA_INITS:
+        raise ConfigError(
+            f"critic.lora_init={cfg.lora_init!r} is invalid; choose one of {LORA_INITS}"
+        )
+    if cfg.weight_norm not in WEIGHT_NORMS:
+        raise ConfigError(
+            f"critic.weight_norm={cfg.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
+        )
+    _check_positive("critic.rank", cfg.rank)
+    if cfg.kernel_init_scale <= 0:
+        raise ConfigError(f"critic.kernel_init_scale={cfg.kernel_init_scale} must be > 0")
+    if cfg.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
+        check_lora_wn(cfg.lora_init, cfg.kernel_init_scale, cfg.weight_norm)
+    layers = list(cfg.lora_layers)
+    bad = [name for name in layers if name not in valid_sets]
+    if bad or not layers:
+        raise ConfigError(
+            f"critic.lora_layers={layers} is invalid for critic.family={cfg.family}; "
+            f"give a non-empty list drawn from {list(valid_sets)}"
+        )
+
+
+def _validate_mlp_lora(cfg: CriticConfig) -> None:
+    _validate_mlp(cfg)
+    _validate_lora(cfg)
+
+
+def _validate_simbav2_lora(cfg: CriticConfig) -> None:
+    _validate_simbav2(cfg)
+    _validate_lora(cfg)
 
 
 def _lora_kwargs(cfg: CriticConfig, weight_norm: str) -> dict[str, Any]:
@@ -130,13 +192,53 @@ def _ensemble_mlp(
     return nn.Sequential(*layers)
 
 
-class TwinCritic(nn.Module):
-    """`num_members` Q-networks on `concat(obs, action)`, evaluated as one batched computation.
+def _build_mlp(cfg: CriticConfig, in_dim: int, num_atoms: int) -> nn.Module:
+    e = cfg.num_members
+    return _ensemble_mlp(in_dim, list(cfg.hidden_dims), num_atoms, cfg.activation, e, None, None)
 
-    `mlp_lora` adapts the hidden linears (`lora_layers` `hidden`, or its alias `blocks`) and also
-    the output layer with `all`. It uses LoRALinear with weight_norm="none" (unit-norm rows are a SimbaV2 constraint,
-    an MLP with biases has none); `cfg.weight_norm` applies to `simbav2_lora` only.
-    """
+
+def _build_mlp_lora(cfg: CriticConfig, in_dim: int, num_atoms: int) -> nn.Module:
+    """LoRALinear with weight_norm="none": unit-norm rows are a SimbaV2 constraint, an MLP with
+    biases has none. Both `hidden` and `all` adapt the hidden layers; `all` the output one too."""
+    lora_hidden = _lora_kwargs(cfg, "none")
+    lora_out = lora_hidden if "all" in cfg.lora_layers else None
+    hidden = list(cfg.hidden_dims)
+    e = cfg.num_members
+    return _ensemble_mlp(in_dim, hidden, num_atoms, cfg.activation, e, lora_hidden, lora_out)
+
+
+def _build_simbav2(cfg: CriticConfig, in_dim: int, num_atoms: int) -> nn.Module:
+    """SimbaV2 encoder and head; `simbav2_lora` puts adapters on the `lora_layers` it names."""
+    where = set(cfg.lora_layers) if cfg.family == "simbav2_lora" else set()
+    lora = _lora_kwargs(cfg, cfg.weight_norm)
+    e = cfg.num_members
+    return nn.Sequential(
+        SimbaV2Encoder(
+            in_dim,
+            cfg.width,
+            cfg.num_blocks,
+            cfg.c_shift,
+            ensemble_size=e,
+            lora_embedder=lora if "embedder" in where else None,
+            lora_blocks=lora if "blocks" in where else None,
+        ),
+        SimbaV2Head(cfg.width, num_atoms, e, lora if "head" in where else None),
+    )
+
+
+register_critic_family("mlp", _build_mlp, _validate_mlp)
+register_critic_family("simbav2", _build_simbav2, _validate_simbav2)
+register_critic_family(
+    "simbav2_lora", _build_simbav2, _validate_simbav2_lora, lambda cfg: [cfg.width]
+)
+register_critic_family(
+    "mlp_lora", _build_mlp_lora, _validate_mlp_lora, lambda cfg: list(cfg.hidden_dims)
+)
+
+
+class TwinCritic(nn.Module):
+    """`num_members` Q-networks on `concat(obs, action)`, evaluated as one batched computation;
+    the network comes from the `critic.family` row of `CRITIC_FAMILIES`."""
 
     def __init__(self, obs_dim: int, action_dim: int, num_atoms: int, cfg: CriticConfig) -> None:
         super().__init__()
@@ -146,34 +248,9 @@ class TwinCritic(nn.Module):
         self.num_atoms = num_atoms
         self.num_members = cfg.num_members
         self.family = cfg.family
-        in_dim = obs_dim + action_dim
-        e = cfg.num_members
-        self.net: nn.Module
-        if cfg.family in ("mlp", "mlp_lora"):
-            lora_hidden = lora_out = None
-            if cfg.family == "mlp_lora":
-                lora_hidden = _lora_kwargs(
-                    cfg, "none"
-                )  # both "hidden" and "all" adapt hidden layers
-                lora_out = lora_hidden if "all" in cfg.lora_layers else None
-            self.net = _ensemble_mlp(
-                in_dim, list(cfg.hidden_dims), num_atoms, cfg.activation, e, lora_hidden, lora_out
-            )
-        else:
-            where = set(cfg.lora_layers) if cfg.family == "simbav2_lora" else set()
-            lora = _lora_kwargs(cfg, cfg.weight_norm)
-            self.net = nn.Sequential(
-                SimbaV2Encoder(
-                    in_dim,
-                    cfg.width,
-                    cfg.num_blocks,
-                    cfg.c_shift,
-                    ensemble_size=e,
-                    lora_embedder=lora if "embedder" in where else None,
-                    lora_blocks=lora if "blocks" in where else None,
-                ),
-                SimbaV2Head(cfg.width, num_atoms, e, lora if "head" in where else None),
-            )
+        self.net: nn.Module = CRITIC_FAMILIES[cfg.family].build(
+            cfg, obs_dim + action_dim, num_atoms
+        )
 
     def forward(self, obs: Tensor, action: Tensor) -> Tensor:
         """`obs [B, o]`, `action [B, a]` (or both `[E, B, ·]`, one batch per member) → logits
@@ -191,3 +268,9 @@ def build_critic(cfg: CriticConfig, obs_dim: int, action_dim: int, num_atoms: in
     if num_atoms < 2:
         raise ConfigError(f"algo.num_atoms={num_atoms} must be >= 2")
     return TwinCritic(obs_dim, action_dim, num_atoms, cfg)
+
+
+def critic_adapted_widths(cfg: CriticConfig) -> list[int] | None:
+    """The widths the LoRA rank must stay below, or None for a family without adapters."""
+    family = CRITIC_FAMILIES.get(cfg.family)
+    return None if family is None or family.adapted_widths is None else family.adapted_widths(cfg)

@@ -1,0 +1,74 @@
+"""A trained run loaded for inference, shared by `play` and `export`: the commands' own keys, the
+checkpoint file, the saved config with overrides, and a learner holding the checkpoint's weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fast_lora_td3.checkpoint import CheckpointManager, load_file
+from fast_lora_td3.compose import compose_run_config
+from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.errors import CheckpointError, ConfigError
+from fast_lora_td3.validate import resolve_device
+
+__all__ = ["build_learner", "load_for_inference", "resolve_checkpoint", "split_overrides"]
+
+COMMAND_KEYS = ("checkpoint", "exported", "episodes", "out", "video_length")
+"""Keys `play` / `export` read themselves; every other `key=value` overrides the run's config."""
+
+
+def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Separate the command's own keys (`COMMAND_KEYS`) from config overrides."""
+    own, rest = {}, []
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"bad override {item!r}: expected key=value")
+        if key in COMMAND_KEYS:
+            own[key] = value
+        else:
+            rest.append(item)
+    return own, rest
+
+
+def resolve_checkpoint(path: str | None) -> Path:
+    """A checkpoint file, or the latest checkpoint of a run directory."""
+    if not path:
+        raise ConfigError("checkpoint=PATH is required (a checkpoint file or a run directory)")
+    p = Path(path)
+    if p.is_dir():
+        ckpt_dir = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+        latest = CheckpointManager(ckpt_dir, keep_last=1_000_000).latest()
+        if latest is None:
+            raise CheckpointError(f"checkpoint={path}: no checkpoint found in {ckpt_dir}")
+        return latest
+    if not p.exists():
+        raise CheckpointError(f"checkpoint={path} does not exist")
+    return p
+
+
+def load_for_inference(ckpt: Path, overrides: list[str]) -> tuple[TrainConfig, dict[str, Any]]:
+    """The saved run's config with `overrides` applied, and the checkpoint state."""
+    state = load_file(ckpt)
+    cfg = compose_run_config(state["config"], overrides)
+    cfg.device = resolve_device(cfg.device)
+    cfg.env.device = cfg.device
+    return cfg, state
+
+
+def build_learner(cfg: TrainConfig, env: Any, state: dict[str, Any]) -> Any:
+    """A learner with the checkpoint's weights."""
+    from fast_lora_td3.algos import make_learner
+
+    learner = make_learner(
+        cfg.algo,
+        cfg.critic,
+        cfg.actor,
+        env.obs_dim,
+        env.critic_obs_dim,
+        env.action_dim,
+        cfg.device,
+    )
+    learner.load_state_dict(state["learner"])
+    return learner
