@@ -86,7 +86,7 @@ def test_update_step_config_rejects_bad_values_with_one_line_config_error(kwargs
 
 
 def test_update_step_config_normalises_flags_and_is_built_from_the_train_config() -> None:
-    from fast_lora_td3.cli import compose_config
+    from fast_lora_td3.compose import compose_config
 
     assert UpdateStepConfig(compile=True, cuda_graph="False").compile == "true"
     assert UpdateStepConfig(compile=True, cuda_graph="False").cuda_graph == "false"
