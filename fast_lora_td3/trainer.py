@@ -326,7 +326,7 @@ class Trainer:
                 # Until the first training episode is logged: one host read per second, so its
                 # return shows as soon as it ends instead of at the first step-based row.
                 last_poll = now
-                episodes = self.env.episode_tracker.pop()
+                episodes = self.collector.episode_tracker.pop()
                 log_due = episodes is not None
             if log_due:
                 row.update(self._log_row(sums, counts, timings, episodes))
@@ -372,7 +372,7 @@ class Trainer:
             values = torch.stack([sums[k].float() / counts[k] for k in keys]).tolist()
             row.update(dict(zip(keys, values, strict=True)))
         if episodes is None:
-            episodes = self.env.episode_tracker.pop()
+            episodes = self.collector.episode_tracker.pop()
         if episodes is not None:
             row["episode_return"] = float(episodes["mean_return"])
             row["episode_length"] = float(episodes["mean_length"])

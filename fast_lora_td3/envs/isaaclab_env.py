@@ -1,4 +1,5 @@
-"""Isaac Lab backend (SPEC §4.2). Nothing here imports ``isaaclab`` at module import time.
+# Over 400 lines: the env adapter and the Kit app life cycle share the process-global _APP.
+"""Isaac Lab backend. Nothing here imports ``isaaclab`` at module import time.
 
 Start-up follows Isaac Lab's own ``scripts/reinforcement_learning/rsl_rl/train.py``: one
 ``AppLauncher`` per process (``headless``, ``device``, ``enable_cameras`` only when frames are
@@ -8,7 +9,7 @@ The Kit app lives until the very end of the process: ``finish_simulation_app(exi
 as the last act of ``fast_lora_td3.cli.main`` (``SimulationApp.close()`` can end the process with
 status 0 or hang, so it never runs before an error is printed, and never on failure).
 
-True final observations (SPEC §4.3). 2.3's ``ManagerBasedRLEnv.step`` computes terminations and
+True final observations. 2.3's ``ManagerBasedRLEnv.step`` computes terminations and
 rewards, resets done envs with ``_reset_idx(ids)``, updates commands and interval events, and only
 then computes ``obs_buf`` (``update_history=True``): the observation it returns for a done env is
 the first of the next episode, and ``extras`` has only ``"log"`` (``"time_outs"`` is added by the
@@ -47,7 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fast_lora_td3.envs.base import EpisodeTracker, StepResult, as_float_obs, select_done
+from fast_lora_td3.envs.base import StepResult, group_tensor, select_done, unknown_task_error
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 
@@ -60,13 +61,6 @@ APP_CLOSE_TIMEOUT_S = 60.0
 
 _APP: Any = None
 """The process's one Kit app (Isaac Sim allows one simulation context per process)."""
-
-
-def _group_tensor(group: Any, num_envs: int) -> Tensor:
-    """A group tensor as ``[N, -1]`` float32; a dict group (non-concatenated terms) flattened in order."""
-    if isinstance(group, dict):
-        return torch.cat([as_float_obs(v, num_envs) for v in group.values()], dim=-1)
-    return as_float_obs(group, num_envs)
 
 
 def isaaclab_version() -> tuple[int, int]:
@@ -151,7 +145,6 @@ def _launch_and_make(cfg: EnvConfig) -> tuple[Any, Any]:
     import isaaclab_tasks  # noqa: F401  (registers the stock Isaac-* tasks)
     from isaaclab_tasks.utils import parse_env_cfg
 
-    from fast_lora_td3.envs.factory import unknown_task_error
     from fast_lora_td3.tasks.isaaclab_g1 import check_isaaclab_version, register_isaaclab_tasks
 
     register_isaaclab_tasks()
@@ -200,6 +193,11 @@ class IsaacLabVecEnv:
 
     single_instance = True
     """One env per process (a second ``ManagerBasedRLEnv`` raises): evaluate on a slice of it."""
+
+    @staticmethod
+    def task_ids() -> None:
+        """None: Isaac Lab's registry exists only once the app runs (``_launch_and_make`` checks)."""
+        return None
 
     def __init__(
         self,
@@ -252,8 +250,6 @@ class IsaacLabVecEnv:
         # Until the first episode has surely ended, check (one host read per step) that every
         # step that reset envs produced a final observation: fall back loudly if not.
         self._verify_steps = int(u.max_episode_length) + 1
-        self._stats_from = 0  # envs [0, _stats_from) are evaluation rows, not training statistics
-        self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         obs, critic_obs = self.reset(seed=self.cfg.seed)
         if not self.has_critic_obs:  # e.g. the stock Isaac-Velocity-*-G1 tasks
             log.warning(
@@ -264,11 +260,6 @@ class IsaacLabVecEnv:
             )
         self.obs_dim = int(obs.shape[-1])
         self.critic_obs_dim = int(critic_obs.shape[-1])
-
-    def reserve_eval_rows(self, num_eval: int) -> None:
-        """Keep envs ``[0, num_eval)`` out of ``episode_tracker`` (they are evaluated apart)."""
-        self._stats_from = int(num_eval)
-        self.episode_tracker = EpisodeTracker(self.num_envs - self._stats_from, self.device)
 
     def _install_reset_hook(self, u: Any) -> None:
         """Isaac Lab 2.3: compute the observation of every env right before step() resets some."""
@@ -288,11 +279,11 @@ class IsaacLabVecEnv:
                 f"env.task={self.cfg.task!r}: Isaac Lab task has no '{POLICY_GROUP}' observation "
                 f"group (found {sorted(obs_dict)})"
             )
-        obs = _group_tensor(obs_dict[POLICY_GROUP], self.num_envs)
+        obs = group_tensor(obs_dict[POLICY_GROUP], self.num_envs)
         self.has_critic_obs = CRITIC_GROUP in obs_dict
         if not self.has_critic_obs:
             return obs, obs
-        return obs, _group_tensor(obs_dict[CRITIC_GROUP], self.num_envs)
+        return obs, group_tensor(obs_dict[CRITIC_GROUP], self.num_envs)
 
     def reset(self, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Reset every env (seeding Isaac Lab's RNGs when given); returns ``(obs, critic_obs)``."""
@@ -306,7 +297,6 @@ class IsaacLabVecEnv:
             self.unwrapped.episode_length_buf = torch.randint_like(
                 buf, high=self.max_episode_length
             )
-        self.episode_tracker.reset()
         return self._split(obs_dict)
 
     def step(self, actions: Tensor) -> StepResult:
@@ -342,8 +332,6 @@ class IsaacLabVecEnv:
             final_critic_obs = (
                 select_done(done, f_critic, critic_obs) if self.has_critic_obs else final_obs
             )
-        rows = slice(self._stats_from, None)
-        episode = self.episode_tracker.update(reward[rows], done[rows])
         return StepResult(
             obs=obs,
             critic_obs=critic_obs,
@@ -352,11 +340,7 @@ class IsaacLabVecEnv:
             truncated=truncated,
             final_obs=final_obs,
             final_critic_obs=final_critic_obs,
-            info={
-                "log": self._fresh_log(extras),
-                "episode": episode,
-                "final_obs_exact": self._exact,
-            },
+            info={"log": self._fresh_log(extras), "final_obs_exact": self._exact},
         )
 
     def _final_obs_path_failed(self) -> None:
