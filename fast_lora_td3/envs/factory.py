@@ -1,10 +1,6 @@
-"""``make_env``: validate an ``EnvConfig`` and build the selected backend from one lookup table.
-
-Adding a backend: write its module (a class built as ``cls(cfg: EnvConfig)`` with a static
-``task_ids()``), add one row to ``BACKEND_TABLE`` (or call ``register_backend`` from outside the
-package), and a ``configs/env/<name>.yaml``. Backend modules are imported only when built, so
-importing this package never pulls in a simulator (Isaac Lab must start its app before any
-``isaaclab`` import).
+"""``make_env``: validate an ``EnvConfig`` and build the selected backend from the backend table
+(``envs.backends``). Backend modules are imported only when built, so importing this package never
+pulls in a simulator (Isaac Lab must start its app before any ``isaaclab`` import).
 """
 
 from __future__ import annotations
@@ -15,59 +11,15 @@ import importlib.util
 
 import torch
 
+from fast_lora_td3.envs.backends import (  # noqa: F401  (register_backend: the public entry)
+    BACKEND_TABLE,
+    BackendSpec,
+    backend_names,
+    register_backend,
+)
 from fast_lora_td3.envs.base import VecEnv, unknown_task_error
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendSpec:
-    """Where a backend lives and what it needs installed."""
-
-    module: str
-    """Importable module that defines the backend class (imported only when the env is built)."""
-    cls: str
-    """Name of the ``VecEnv`` class in ``module``: ``cls(cfg)`` builds it; ``cls.task_ids()``
-    lists its task ids, or returns None when the backend checks the id itself once its simulator
-    runs (Isaac Lab's registry exists only after the app started)."""
-    package: str
-    """Package the backend needs, checked with ``importlib.util.find_spec`` before building."""
-    install_hint: str
-    """Command that installs ``package``, shown when it is missing."""
-
-
-BACKEND_TABLE: dict[str, BackendSpec] = {
-    "mjlab": BackendSpec(
-        "fast_lora_td3.envs.mjlab_env", "MjlabVecEnv", "mjlab", "pip install mjlab"
-    ),
-    "isaaclab": BackendSpec(
-        "fast_lora_td3.envs.isaaclab_env",
-        "IsaacLabVecEnv",
-        "isaaclab",
-        'pip install "isaaclab[isaacsim,all]==2.3.2.post1" --extra-index-url https://pypi.nvidia.com '
-        "(on an NVIDIA GPU machine, with OMNI_KIT_ACCEPT_EULA=YES)",
-    ),
-    "gymnasium": BackendSpec(
-        "fast_lora_td3.envs.gym_env", "GymVecEnv", "gymnasium", "pip install gymnasium"
-    ),
-    "dummy": BackendSpec("fast_lora_td3.envs.dummy", "PointMassEnv", "torch", "pip install torch"),
-}
-"""``env.backend`` → its spec; the keys are the valid backends, in the order errors list them."""
-
-
-def register_backend(name: str, spec: BackendSpec) -> None:
-    """Make ``env.backend=<name>`` build ``spec`` (a backend outside this package, or a test's).
-
-    Re-registering a name replaces its spec.
-    """
-    if not name or not isinstance(spec, BackendSpec):
-        raise TypeError(f"register_backend({name!r}, {spec!r}): needs a name and a BackendSpec")
-    BACKEND_TABLE[name] = spec
-
-
-def backend_names() -> list[str]:
-    """The valid values of ``env.backend``."""
-    return list(BACKEND_TABLE)
 
 
 def backend_class(backend: str) -> type:
