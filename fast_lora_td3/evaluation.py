@@ -33,7 +33,6 @@ def evaluate(
         lengths += running.float()
         running &= ~(result.terminated | result.truncated)
         obs = result.obs
-    env.episode_tracker.reset()  # eval episodes must not leak into training statistics
     mean_return, mean_length = torch.stack([returns.mean(), lengths.mean()]).tolist()
     return {"eval_return": mean_return, "eval_length": mean_length}
 
@@ -43,7 +42,7 @@ class SliceEvaluation:
     (Isaac Lab: a second ``ManagerBasedRLEnv`` raises, SPEC §4.2).
 
     The first ``num_eval`` envs act deterministically all the time; their episodes are counted here
-    and kept out of the training statistics (``env.episode_tracker`` covers the other envs). Their
+    and kept out of the training statistics (the collector's tracker covers the other envs). Their
     transitions still go to replay (off-policy data). ``pop`` reports the episodes that finished
     since the last evaluation; each was played by the policy as it was being trained.
     """
@@ -57,7 +56,6 @@ class SliceEvaluation:
             )
         self.rows = num_eval
         self.tracker = EpisodeTracker(num_eval, env.device)
-        env.reserve_eval_rows(num_eval)  # type: ignore[attr-defined]
 
     def actions(self, act: Callable[[Tensor], Tensor], obs: Tensor, explore: Tensor) -> Tensor:
         """``explore`` with the eval rows replaced by the deterministic policy's actions."""

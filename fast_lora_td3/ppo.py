@@ -20,7 +20,7 @@ from torch import Tensor
 
 from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.envs import make_env
-from fast_lora_td3.envs.base import VecEnv
+from fast_lora_td3.envs.base import EpisodeTracker, VecEnv
 from fast_lora_td3.evaluation import evaluate
 from fast_lora_td3.run_logger import RunLogger, make_run_dir
 
@@ -36,6 +36,8 @@ class RslRlEnvAdapter:
         self.device = env.device
         self.cfg: dict[str, Any] = {}
         self.episode_length_buf = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+        self.episode_tracker = EpisodeTracker(env.num_envs, env.device)
+        """Training-episode return/length (the env is a pure adapter and keeps none)."""
         self._obs = TensorDict({}, batch_size=[env.num_envs], device=env.device)
         obs, critic_obs = env.reset()
         self._set_obs(obs, critic_obs)
@@ -54,6 +56,7 @@ class RslRlEnvAdapter:
         result = self.env.step(actions.clamp(-1.0, 1.0))
         self._set_obs(result.obs, result.critic_obs)
         dones = result.terminated | result.truncated
+        self.episode_tracker.update(result.reward, dones)
         self.episode_length_buf = torch.where(
             dones, torch.zeros_like(self.episode_length_buf), self.episode_length_buf + 1
         )
@@ -155,7 +158,7 @@ def run_ppo(cfg: TrainConfig) -> int:
                 continue
             n, window_start, window_its = window_its, time.perf_counter(), 0
             row: dict[str, float] = {"env_steps_per_s": n * steps_per_it / max(elapsed, 1e-9)}
-            episodes = env.episode_tracker.pop()
+            episodes = adapter.episode_tracker.pop()
             if episodes is not None:
                 row["episode_return"] = float(episodes["mean_return"])
                 row["episode_length"] = float(episodes["mean_length"])

@@ -310,7 +310,7 @@ class Trainer:
         if not log_due and self.window.poll_due(now):
             # Until the first training episode is logged: one host read per second, so its
             # return shows as soon as it ends instead of at the first step-based row.
-            episodes = self.env.episode_tracker.pop()
+            episodes = self.collector.episode_tracker.pop()
             log_due = episodes is not None
         if log_due:
             row.update(self._log_row(episodes))
@@ -328,7 +328,7 @@ class Trainer:
         """
         row = self.window.means()
         if episodes is None:
-            episodes = self.env.episode_tracker.pop()
+            episodes = self.collector.episode_tracker.pop()
         if episodes is not None:
             row["episode_return"] = float(episodes["mean_return"])
             row["episode_length"] = float(episodes["mean_length"])

@@ -209,7 +209,7 @@ def isaac_pose_l2(env: Any, asset_cfg: Any) -> Any:
 
 def _build(rough: bool) -> Any:
     """Create the config class (Isaac Lab imports happen here, after the app started)."""
-    from fast_lora_td3.envs.isaaclab_env import isaaclab_version
+    from fast_lora_td3.envs.isaaclab_names import isaaclab_version
 
     task = next(t for t, c in ISAACLAB_TASK_IDS.items() if c == ISAACLAB_TASK_IDS_CLASS[rough])
     check_isaaclab_version(task, isaaclab_version())  # before the 2.3-only imports below

@@ -14,3 +14,39 @@ def _single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- Collector factory (env layer / issue 11): shared by the env and collector tests ------------
+
+
+@pytest.fixture
+def make_collector():
+    """``make_collector(env, seed)``: a ``Collector`` over ``env`` with a tiny FastTD3 learner and
+    a small replay (episode statistics do not depend on the policy)."""
+    from fast_lora_td3.algos import AlgoConfig, make_learner
+    from fast_lora_td3.collector import Collector
+    from fast_lora_td3.nn import ActorConfig, CriticConfig
+    from fast_lora_td3.replay import ReplayBuffer
+
+    def make(env, seed: int = 0) -> Collector:
+        learner = make_learner(
+            AlgoConfig(num_atoms=21, batch_size=16),
+            CriticConfig(family="mlp", hidden_dims=[16, 16]),
+            ActorConfig(hidden_dims=[16, 16]),
+            env.obs_dim,
+            env.critic_obs_dim,
+            env.action_dim,
+            env.device,
+        )
+        replay = ReplayBuffer(
+            env.num_envs,
+            8,
+            env.obs_dim,
+            env.action_dim,
+            critic_obs_dim=env.critic_obs_dim if env.has_critic_obs else 0,
+            device=env.device,
+            max_episode_length=env.max_episode_length,
+        )
+        return Collector(env, replay, learner, seed=seed)
+
+    return make

@@ -39,10 +39,12 @@ def test_pendulum_final_obs_on_truncation_matches_twin_envs(pendulum: VecEnv) ->
     for i, t in enumerate(twins):
         t.reset(seed=seed + i)  # make_vec seeds sub-env i with seed + i
     gen = torch.Generator().manual_seed(0)
+    tracker = EpisodeTracker(4, "cpu")  # as the collector counts the episodes of these results
     for step in range(1, 201):
         actions = torch.rand(4, 1, generator=gen) * 2 - 1
         scaled = pendulum.scale_actions(actions)
         r = pendulum.step(actions)
+        tracker.update(r.reward, r.terminated | r.truncated)
         twin_out = [t.step(scaled[i]) for i, t in enumerate(twins)]
         if step < 200:
             assert not r.truncated.any()
@@ -54,7 +56,7 @@ def test_pendulum_final_obs_on_truncation_matches_twin_envs(pendulum: VecEnv) ->
         twin_next = np.stack([t.reset()[0] for t in twins]).astype(np.float32)
         np.testing.assert_allclose(r.obs.numpy(), twin_next, rtol=1e-6, atol=1e-6)
         assert not np.allclose(r.final_obs.numpy(), r.obs.numpy())
-    stats = pendulum.episode_tracker.pop()
+    stats = tracker.pop()
     assert stats is not None and int(stats["count"]) == 4 and stats["mean_length"].item() == 200.0
     for t in twins:
         t.close()

@@ -1,13 +1,5 @@
-"""Isaac Lab adapter against a stand-in env with Isaac Lab's ``ManagerBasedRLEnv`` return types.
-
-The stand-in follows 2.3.2's ``ManagerBasedRLEnv.step`` (checked against the wheel's source by
-tests/test_isaaclab_conformance.py): actions → episode_length_buf += 1 → terminations / time-outs
-→ reward (written into a reused buffer) → (≥ 3.0: ``extras["final_obs"]`` when
-``cfg.compute_final_obs``) → ``_reset_idx(done ids)`` (sets ``extras["log"]``) → command update →
-``observation_manager.compute(update_history=True)``; it returns
-``(obs_buf, reward_buf, reset_terminated, reset_time_outs, extras)`` and ``extras`` never holds
-``"time_outs"`` (only the RL-library wrappers add it).
-"""
+"""Isaac Lab adapter against a stand-in env with Isaac Lab's ``ManagerBasedRLEnv`` return types
+(tests/isaaclab_stand_in.py)."""
 
 from __future__ import annotations
 
@@ -16,154 +8,20 @@ import logging
 import sys
 from types import SimpleNamespace
 
-import gymnasium as gym
 import pytest
 import torch
+from isaaclab_stand_in import N, StandInApp, StandInEnv, StatefulFilter, make_isaaclab_env
 
 from fast_lora_td3.envs import EnvConfig, VecEnv, make_env
 from fast_lora_td3.envs.isaaclab_env import IsaacLabVecEnv
 from fast_lora_td3.errors import ConfigError
-
-N = 4
-
-
-def _term(env: object) -> None:  # a plain-function observation term
-    return None
-
-
-class _Filter:  # a class modifier (like isaaclab.utils.modifiers.DigitalFilter): keeps state
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
-class _ObservationManager:
-    def __init__(self, env: _StandInEnv) -> None:
-        self.env = env
-        self.active_terms = {"policy": ["pos", "clock", "pos_sq"]}
-        self.group_obs_term_dim = {"policy": [(1,), (1,), (1,)]}
-        self._group_obs_term_cfgs = {
-            "policy": [
-                SimpleNamespace(func=_term, history_length=0, modifiers=None, noise=None)
-                for _ in range(3)
-            ]
-        }
-        self.history_updates = 0
-
-    def compute(self, update_history: bool = False) -> dict:
-        e = self.env
-        self.history_updates += int(update_history)
-        policy = torch.stack([e.pos, e.episode_length_buf / 100.0, e.pos**2], dim=-1)
-        groups = {"policy": policy}
-        if e.with_critic:  # a non-concatenated group: a dict of term tensors
-            groups["critic"] = {
-                "pos": e.pos[:, None].clone(),
-                "clock": e.episode_length_buf[:, None].float(),
-            }
-        return groups
-
-
-class _StandInEnv:
-    """Mimics isaaclab.envs.ManagerBasedRLEnv (unwrapped)."""
-
-    def __init__(
-        self,
-        native_final: bool | None,
-        finite: bool = False,
-        critic: bool = True,
-        managers: bool = True,
-    ) -> None:
-        cfg = SimpleNamespace(is_finite_horizon=finite, seed=None)
-        if native_final is not None:  # Isaac Lab ≥ 3.0 has the field; 2.x does not
-            cfg.compute_final_obs = native_final
-        self.cfg, self.with_critic, self.managers = cfg, critic, managers
-        self.num_envs, self.device, self.step_dt = N, "cpu", 0.02
-        self.max_episode_length = 5
-        self.single_action_space = gym.spaces.Box(-float("inf"), float("inf"), shape=(2,))
-        self.episode_length_buf = torch.zeros(N, dtype=torch.long)
-        self.pos = torch.zeros(N)
-        self.reward_buf = torch.zeros(N)
-        self.reset_terminated = torch.zeros(N, dtype=torch.bool)
-        self.reset_time_outs = torch.zeros(N, dtype=torch.bool)
-        self.extras: dict = {}
-        self._om = _ObservationManager(self)
-        self.last_actions: torch.Tensor | None = None
-        self.reset_calls: list[list[int]] = []
-        self.closed = False
-
-    @property
-    def observation_manager(self) -> _ObservationManager:
-        if not self.managers:  # a direct-workflow env has no observation manager
-            raise AttributeError("observation_manager")
-        return self._om
-
-    @property
-    def unwrapped(self) -> _StandInEnv:
-        return self
-
-    def seed(self, seed: int = -1) -> int:
-        self.cfg.seed = seed
-        return seed
-
-    def _reset_idx(self, env_ids: torch.Tensor) -> None:
-        self.reset_calls.append(env_ids.tolist())
-        self.pos[env_ids] = -0.25 * (env_ids.float() + 1)  # distinct from any terminal state
-        self.episode_length_buf[env_ids] = 0
-        self.extras["log"] = {"Episode_Termination/time_out": torch.tensor(1.0)}
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        self._reset_idx(torch.arange(N))
-        return self._om.compute(update_history=True), self.extras
-
-    def step(self, action: torch.Tensor) -> tuple:
-        self.last_actions = action.clone()  # extras["log"] lingers until the next reset (as 2.3)
-        self.pos += action.mean(-1)
-        self.episode_length_buf += 1
-        self.reset_terminated[:] = self.pos.abs() > 2.0
-        self.reset_time_outs[:] = self.episode_length_buf >= self.max_episode_length
-        self.reward_buf[:] = self.pos  # the same buffer, rewritten every step
-        done_ids = (self.reset_terminated | self.reset_time_outs).nonzero().squeeze(-1)
-        if len(done_ids) > 0:
-            if getattr(self.cfg, "compute_final_obs", False):
-                self.extras["final_obs"] = self._om.compute()
-            self._reset_idx(done_ids)
-        self.obs_buf = self._om.compute(update_history=True)
-        return (
-            self.obs_buf,
-            self.reward_buf,
-            self.reset_terminated,
-            self.reset_time_outs,
-            self.extras,
-        )
-
-    def render(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class _App:
-    def __init__(self) -> None:
-        self.closed = 0
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-def _make(native_final: bool | None, **cfg_kw) -> tuple[IsaacLabVecEnv, _StandInEnv, _App]:
-    flags = {k: cfg_kw.pop(k) for k in ("finite", "critic", "managers") if k in cfg_kw}
-    stand_in, app = _StandInEnv(native_final, **flags), _App()
-    cfg = EnvConfig(
-        backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=9, **cfg_kw
-    )
-    return IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app)), stand_in, app
 
 
 @pytest.mark.parametrize(
     "native_final", [True, None], ids=["isaaclab3-final_obs", "isaaclab2-hook"]
 )
 def test_final_obs_is_pre_reset_observation(native_final: bool | None) -> None:
-    env, s, app = _make(native_final)
+    env, s, app = make_isaaclab_env(native_final)
     assert isinstance(env, VecEnv)
     assert (env.obs_dim, env.critic_obs_dim, env.action_dim, env.max_episode_length) == (3, 2, 2, 5)
     assert env.has_critic_obs and s.cfg.seed == 9
@@ -202,7 +60,7 @@ def test_final_obs_is_pre_reset_observation(native_final: bool | None) -> None:
 
 
 def test_lingering_final_obs_key_is_masked() -> None:
-    env, s, _ = _make(True)
+    env, s, _ = make_isaaclab_env(True)
     s.extras["final_obs"] = {
         "policy": torch.full((N, 3), 99.0),
         "critic": {"a": torch.full((N, 2), 99.0)},
@@ -216,7 +74,7 @@ def test_no_final_obs_path_treats_time_outs_as_terminations(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.ERROR):
-        env, _, _ = _make(False, critic=False, managers=False)
+        env, _, _ = make_isaaclab_env(False, critic=False, managers=False)
         for _ in range(5):
             r = env.step(torch.zeros(N, 2))
     assert not r.info["final_obs_exact"] and not env.has_critic_obs
@@ -229,14 +87,14 @@ def test_no_final_obs_path_treats_time_outs_as_terminations(
     "blocker",
     [
         ("history_length", 3, "history_length=3"),
-        ("modifiers", [SimpleNamespace(func=_Filter())], "stateful modifier _Filter"),
-        ("func", _Filter(), "class-based term _Filter"),
+        ("modifiers", [SimpleNamespace(func=StatefulFilter())], "stateful modifier StatefulFilter"),
+        ("func", StatefulFilter(), "class-based term StatefulFilter"),
     ],
     ids=["history", "stateful-modifier", "class-term"],
 )
 def test_pre_reset_hook_refused_loudly(blocker: tuple, caplog: pytest.LogCaptureFixture) -> None:
     attr, value, message = blocker
-    stand_in, app = _StandInEnv(None), _App()
+    stand_in, app = StandInEnv(None), StandInApp()
     setattr(stand_in._om._group_obs_term_cfgs["policy"][1], attr, value)
     cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=1)
     with caplog.at_level(logging.ERROR):
@@ -256,7 +114,7 @@ def test_pre_reset_hook_refused_loudly(blocker: tuple, caplog: pytest.LogCapture
 
 
 def test_actions_clamped_and_finite_horizon_time_outs_terminate() -> None:
-    env, s, _ = _make(None, finite=True, action_clip=0.5)
+    env, s, _ = make_isaaclab_env(None, finite=True, action_clip=0.5)
     r = env.step(torch.tensor([[3.0, -3.0]] * N))
     assert s.last_actions.abs().max() == 0.5
     for _ in range(4):
@@ -266,14 +124,14 @@ def test_actions_clamped_and_finite_horizon_time_outs_terminate() -> None:
 
 
 def test_randomized_episode_start() -> None:
-    env, s, _ = _make(True, randomize_episode_start=True)
+    env, s, _ = make_isaaclab_env(True, randomize_episode_start=True)
     assert s.episode_length_buf.min() >= 0 and s.episode_length_buf.max() < 5
     assert s.episode_length_buf.dtype == torch.long
     env.close()
 
 
 def test_setup_error_closes_env_not_app() -> None:
-    stand_in, app = _StandInEnv(True), _App()
+    stand_in, app = StandInEnv(True), StandInApp()
     stand_in._om.compute = lambda update_history=False: {"obs": torch.zeros(N, 3)}
     cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N)
     with pytest.raises(ConfigError, match="'policy' observation group"):
@@ -282,7 +140,7 @@ def test_setup_error_closes_env_not_app() -> None:
 
 
 def test_deployment_info_reads_managers() -> None:
-    env, _, _ = _make(True)
+    env, _, _ = make_isaaclab_env(True)
     info = env.deployment_info()
     assert [t["name"] for t in info["observation_layout"]] == ["pos", "clock", "pos_sq"]
     assert info["control_dt"] == 0.02 and "joint_names" in info["unknown"]
@@ -307,7 +165,7 @@ def test_modules_import_without_isaaclab() -> None:
         g1.NotAConfig  # noqa: B018  (unknown names still raise; the configs build lazily)
 
 
-class _ResetsElsewhere(_StandInEnv):
+class _ResetsElsewhere(StandInEnv):
     """An Isaac Lab whose step() no longer resets through _reset_idx (the hook never fires)."""
 
     def step(self, action: torch.Tensor) -> tuple:
@@ -318,7 +176,7 @@ class _ResetsElsewhere(_StandInEnv):
             self._reset_idx = reset_idx
 
     def _reset_envs(self, env_ids: torch.Tensor) -> None:
-        _StandInEnv._reset_idx(self, env_ids)
+        StandInEnv._reset_idx(self, env_ids)
 
 
 @pytest.mark.parametrize("native_final", [None, True], ids=["2.3-hook", "3.0-no-key"])
@@ -328,7 +186,7 @@ def test_missing_final_obs_at_run_time_falls_back_loudly(
     stand_in = _ResetsElsewhere(native_final)
     if native_final:
         stand_in.cfg.compute_final_obs = False  # the env never writes extras["final_obs"] ...
-    app = _App()
+    app = StandInApp()
     cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=N, seed=1)
     env = IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, app))
     if native_final:

@@ -1,4 +1,5 @@
-"""mjlab backend: protocol shapes, true final observations on time-outs, episode stats (CPU)."""
+"""mjlab backend: protocol shapes, true final observations on time-outs, and the collector's
+episode stats over it (CPU)."""
 
 from __future__ import annotations
 
@@ -136,23 +137,22 @@ def test_cartpole_final_obs_is_pre_reset_state(cartpole: VecEnv) -> None:
             assert "Episode_Termination/time_out" in r.info["log"]
 
 
-def test_cartpole_episode_stats_match_brute_force(cartpole: VecEnv) -> None:
-    cartpole.reset(seed=4)
-    assert cartpole.episode_tracker.pop() is None
+def test_collector_episode_stats_match_brute_force(cartpole: VecEnv, make_collector) -> None:
+    collector = make_collector(cartpole, seed=4)  # resets the envs with seed 4
+    assert collector.episode_tracker.pop() is None
     running = torch.zeros(4, dtype=torch.float64)
     finished: list[float] = []
-    gen = torch.Generator().manual_seed(2)
     for _ in range(10):
-        r = cartpole.step(torch.rand(4, 1, generator=gen) * 2 - 1)
+        r = collector.step()
         running += r.reward.double()
         done = r.terminated | r.truncated
         finished += running[done].tolist()
         running[done] = 0.0
-    stats = cartpole.episode_tracker.pop()
+    stats = collector.episode_tracker.pop()
     assert stats is not None and int(stats["count"]) == len(finished) == 8
     assert stats["mean_return"].item() == pytest.approx(sum(finished) / len(finished), rel=1e-5)
     assert stats["mean_length"].item() == pytest.approx(4.0)
-    assert cartpole.episode_tracker.pop() is None  # cleared by the previous pop
+    assert collector.episode_tracker.pop() is None  # cleared by the previous pop
 
 
 def test_randomized_episode_start(cartpole: VecEnv) -> None:

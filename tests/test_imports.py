@@ -27,17 +27,6 @@ SOURCE_DIRS = {
 }
 """Package → source folder, as pyproject's `package-dir` maps them."""
 
-KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {
-    # removed by the envs branch (issue 11: the shared error helper moves into envs/base.py)
-    ("fast_lora_td3.envs.isaaclab_env", "fast_lora_td3.envs.factory"): "unknown_task_error",
-    # reported to the lead, not yet removed by any branch: the G1 task config reads the Isaac Lab
-    # version through the adapter that registers it (envs.isaaclab_env -> tasks.isaaclab_g1)
-    ("fast_lora_td3.tasks.isaaclab_g1", "fast_lora_td3.envs.isaaclab_env"): "isaaclab_version",
-}
-"""Import edges (importer, imported) left out of the graph until their cycle is removed: the cycle
-they close is tolerated, any other is not."""
-
-
 def module_files() -> dict[str, Path]:
     """Dotted module name → file, for every .py of the package and of its mapped subpackages."""
     modules = {}
@@ -165,8 +154,6 @@ def test_lazy_and_relative_imports_are_edges(tmp_path: Path) -> None:
 def test_no_import_cycles() -> None:
     graph = import_graph()
     assert len(graph) > 50 and graph[f"{PACKAGE}.cli"], "the package's modules were not found"
-    for importer, imported in KNOWN_BACK_EDGES:
-        graph[importer].discard(imported)
     unexpected = [cycle_in(graph, c) for c in find_cycles(graph)]
     assert not unexpected, "import cycles:\n" + "\n".join(" -> ".join(c) for c in unexpected)
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from cli_helpers import load_script
 from packaging.requirements import Requirement
-from test_isaaclab_conformance import conformance
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+conformance = load_script("isaaclab_conformance")
 
 
 def _names(reqs: list[str]) -> set[str]:

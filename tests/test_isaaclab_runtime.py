@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import NO_EXPORT
-from test_envs_isaaclab import N, _App, _StandInEnv
+from isaaclab_stand_in import N, StandInApp, StandInEnv
 
 import fast_lora_td3.cli as cli
 import fast_lora_td3.envs.isaaclab_env as il
@@ -57,9 +57,9 @@ class _Exit(Exception):
 
 
 @pytest.fixture
-def kit(monkeypatch: pytest.MonkeyPatch) -> _App:
+def kit(monkeypatch: pytest.MonkeyPatch) -> StandInApp:
     """A started 'Kit app' and an os._exit that raises instead of ending pytest."""
-    app = _App()
+    app = StandInApp()
     monkeypatch.setattr(il, "_APP", app)
 
     def fake_exit(code: int) -> None:
@@ -69,19 +69,19 @@ def kit(monkeypatch: pytest.MonkeyPatch) -> _App:
     return app
 
 
-def test_finish_closes_app_only_after_success(kit: _App) -> None:
+def test_finish_closes_app_only_after_success(kit: StandInApp) -> None:
     with pytest.raises(_Exit) as exc:
         il.finish_simulation_app(0)
     assert exc.value.code == 0 and kit.closed == 1 and il._APP is None
 
 
-def test_finish_never_turns_a_failure_into_exit_0(kit: _App) -> None:
+def test_finish_never_turns_a_failure_into_exit_0(kit: StandInApp) -> None:
     with pytest.raises(_Exit) as exc:
         il.finish_simulation_app(3)
     assert exc.value.code == 3 and kit.closed == 0  # close() could exit 0 or hang: skipped
 
 
-def test_finish_keeps_exit_code_when_close_raises_systemexit(kit: _App) -> None:
+def test_finish_keeps_exit_code_when_close_raises_systemexit(kit: StandInApp) -> None:
     def close() -> None:
         raise SystemExit(0)
 
@@ -92,7 +92,7 @@ def test_finish_keeps_exit_code_when_close_raises_systemexit(kit: _App) -> None:
 
 
 def test_cli_error_after_app_start_prints_traceback_and_exits_1(
-    kit: _App, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    kit: StandInApp, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     def crash(argv: object) -> int:
         raise RuntimeError("Simulation context already exists")
@@ -111,19 +111,19 @@ def test_cli_without_app_is_unchanged() -> None:
 
 
 def test_evaluation_uses_a_slice_of_the_one_env(tmp_path: Path) -> None:
-    made: list[_StandInEnv] = []
+    made: list[StandInEnv] = []
 
     def factory(cfg: EnvConfig) -> il.IsaacLabVecEnv:
-        stand_in = _StandInEnv(None)
+        stand_in = StandInEnv(None)
         made.append(stand_in)
-        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, _App()))
+        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, StandInApp()))
 
     overrides = [*NO_EXPORT, "total_steps=80", "eval.num_envs=2", "eval.interval=40"]
     trainer = Trainer(compose_config(overrides), tmp_path, env_factory=factory)
     env = trainer.env
     row = trainer.train()
     assert len(made) == 1 and trainer.eval_env is None  # never a second simulator
-    assert env.episode_tracker.returns.shape == (N - 2,)  # training stats: the other envs
+    assert trainer.collector.episode_tracker.returns.shape == (N - 2,)  # the other envs
     assert "eval_return" in row and "episode_return" in row
     # The eval rows act deterministically: the same obs gives the same action every time.
     obs = torch.zeros(N, env.obs_dim)
@@ -136,16 +136,17 @@ def test_evaluation_uses_a_slice_of_the_one_env(tmp_path: Path) -> None:
 
 def test_eval_slice_must_leave_training_envs(tmp_path: Path) -> None:
     def factory(cfg: EnvConfig) -> il.IsaacLabVecEnv:
-        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (_StandInEnv(None), _App()))
+        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (StandInEnv(None), StandInApp()))
 
     with pytest.raises(ConfigError, match=r"eval.num_envs=4 must be in \[1, env.num_envs=4\)"):
         Trainer(compose_config([*NO_EXPORT, "eval.num_envs=4"]), tmp_path, env_factory=factory)
 
 
 def test_fastlora_config_build_refuses_isaaclab_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fast_lora_td3.envs.isaaclab_names as names
     import fast_lora_td3.tasks.isaaclab_g1 as g1
 
-    monkeypatch.setattr(il, "isaaclab_version", lambda: (3, 0))
+    monkeypatch.setattr(names, "isaaclab_version", lambda: (3, 0))
     with pytest.raises(ConfigError, match="Warp arrays"):
         g1.G1RoughOffPolicyEnvCfg  # noqa: B018  (the lazy build runs the check first)
 
@@ -155,11 +156,11 @@ def test_ppo_baseline_builds_one_env_on_isaaclab(
 ) -> None:
     import fast_lora_td3.ppo as ppo
 
-    made: list[_StandInEnv] = []
+    made: list[StandInEnv] = []
 
     def factory(cfg: EnvConfig) -> il.IsaacLabVecEnv:
-        made.append(_StandInEnv(None))
-        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (made[-1], _App()))
+        made.append(StandInEnv(None))
+        return il.IsaacLabVecEnv(cfg, make_gym_env=lambda c: (made[-1], StandInApp()))
 
     monkeypatch.setattr(ppo, "make_env", factory)
     overrides = ["algo=ppo", "env.backend=dummy", "device=cpu", "ppo.num_steps_per_env=4"]
@@ -174,7 +175,7 @@ def test_launch_app_once_per_process_with_the_rank_gpu(monkeypatch: pytest.Monke
     class FakeLauncher:
         def __init__(self, **kwargs: object) -> None:
             calls.append(kwargs)
-            self.app = _App()
+            self.app = StandInApp()
 
     monkeypatch.setitem(
         sys.modules, "isaaclab.app", types.SimpleNamespace(AppLauncher=FakeLauncher)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from cli_helpers import load_script
-from test_envs_isaaclab import _App, _StandInEnv
+from isaaclab_stand_in import StandInApp, StandInEnv
 
 import fast_lora_td3.envs as envs
 from fast_lora_td3.envs import EnvConfig
@@ -18,7 +18,7 @@ smoke = load_script("isaaclab_smoke")
 CLOCK = smoke.ClockCheck(slice(1, 2), None, torch.tensor([0.05]), torch.tensor([0.0]))
 
 
-class _LateFinalObs(_StandInEnv):
+class _LateFinalObs(StandInEnv):
     """A broken Isaac Lab ≥ 3.0: extras["final_obs"] computed after the reset."""
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
@@ -27,14 +27,14 @@ class _LateFinalObs(_StandInEnv):
             self.extras["final_obs"] = self._om.compute()
 
 
-def _env(stand_in: _StandInEnv) -> IsaacLabVecEnv:
+def _env(stand_in: StandInEnv) -> IsaacLabVecEnv:
     cfg = EnvConfig(backend="isaaclab", task="Isaac-Velocity-Flat-G1-v0", num_envs=4, seed=0)
-    return IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, _App()))
+    return IsaacLabVecEnv(cfg, make_gym_env=lambda c: (stand_in, StandInApp()))
 
 
 @pytest.mark.parametrize("native_final", [True, None], ids=["3.0-final_obs", "2.3-hook"])
 def test_smoke_checks_pass_on_a_correct_adapter(native_final: bool | None) -> None:
-    counts = smoke.check_run(_env(_StandInEnv(native_final)), 12, CLOCK)
+    counts = smoke.check_run(_env(StandInEnv(native_final)), 12, CLOCK)
     assert counts["steps"] == 12 and counts["truncated"] > 0
 
 
@@ -44,7 +44,7 @@ def test_smoke_checks_catch_a_post_reset_final_obs() -> None:
 
 
 def test_smoke_checks_catch_a_missing_final_obs_path() -> None:
-    stand_in = _StandInEnv(None)
+    stand_in = StandInEnv(None)
     stand_in._om._group_obs_term_cfgs["policy"][0].history_length = 2  # hook refused
     with pytest.raises(AssertionError, match="no exact final-observation path"):
         smoke.check_run(_env(stand_in), 12, CLOCK)
@@ -58,7 +58,7 @@ def test_fastlora_clock_is_the_gait_phase() -> None:
 
 @pytest.mark.parametrize("broken", [False, True], ids=["ok", "hook-refused"])
 def test_main_exit_code(broken: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    stand_in = _StandInEnv(None)
+    stand_in = StandInEnv(None)
     if broken:
         stand_in._om._group_obs_term_cfgs["policy"][0].history_length = 2
     monkeypatch.setattr(envs, "make_env", lambda cfg: _env(stand_in))

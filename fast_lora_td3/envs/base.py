@@ -1,17 +1,22 @@
-"""The one vectorised-environment protocol every backend implements (SPEC §4.1).
+"""The one vectorised-environment protocol every backend implements, and what backends share.
 
 All tensors live on the env device. ``StepResult.final_obs`` carries the *true* last observation of
-an episode that ended on this step (SPEC §4.3), so time-outs can bootstrap from it instead of from
-the first observation of the next episode.
+an episode that ended on this step, so time-outs can bootstrap from it instead of from the first
+observation of the next episode. Backends are pure adapters: episode statistics are kept by their
+user (``EpisodeTracker``, owned by the collector), not by the env.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from fast_lora_td3.errors import ConfigError
 
 
 @dataclass
@@ -33,11 +38,14 @@ class StepResult:
     final_critic_obs: Tensor
     """[N, critic_obs_dim]: like ``final_obs`` for the critic group."""
     info: dict[str, Any] = field(default_factory=dict)
-    """``"log"``: the simulator's ``extras["log"]`` for this step; ``"episode"``: see ``EpisodeTracker``."""
+    """``"log"``: the simulator's ``extras["log"]`` for this step (backend-specific extras beside)."""
 
 
 class EpisodeTracker:
     """Running per-env episode return/length, accumulated on device with no host sync per step.
+
+    It lives here, below every user (collector, slice evaluation, the PPO adapter), so that none of
+    them imports another; no backend holds one.
 
     ``update`` adds one step; finished episodes are summed into device accumulators, and ``pop``
     (called at logging intervals) reads them once and clears them.
@@ -99,10 +107,11 @@ class EpisodeTracker:
 
 @runtime_checkable
 class VecEnv(Protocol):
-    """A batch of ``num_envs`` environments stepped together (SPEC §4.1).
+    """A batch of ``num_envs`` environments stepped together.
 
     ``step`` resets finished envs itself: ``obs`` is always the observation the policy acts on
-    next, ``final_obs`` the true last observation of the finished episode.
+    next, ``final_obs`` the true last observation of the finished episode. A backend class is built
+    as ``cls(cfg: EnvConfig)`` and lists its tasks with ``cls.task_ids()`` (see ``envs.factory``).
     """
 
     num_envs: int
@@ -112,7 +121,6 @@ class VecEnv(Protocol):
     device: torch.device
     max_episode_length: int
     has_critic_obs: bool
-    episode_tracker: EpisodeTracker
 
     def reset(self, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Reset every env; returns ``(obs, critic_obs)``."""
@@ -139,3 +147,19 @@ def as_float_obs(x: Tensor, num_envs: int) -> Tensor:
 def select_done(done: Tensor, when_done: Tensor, otherwise: Tensor) -> Tensor:
     """Row-wise ``where``: rows of ``when_done`` where ``done`` [N] is true, else ``otherwise``."""
     return torch.where(done.view(-1, *([1] * (otherwise.dim() - 1))), when_done, otherwise)
+
+
+def group_tensor(group: Tensor | dict[str, Tensor], num_envs: int) -> Tensor:
+    """An observation group as ``[N, -1]`` float32; a dict group (``concatenate_terms=False``) is
+    flattened term by term in its order (mjlab and Isaac Lab hand out both kinds)."""
+    if isinstance(group, dict):
+        return torch.cat([as_float_obs(v, num_envs) for v in group.values()], dim=-1)
+    return as_float_obs(group, num_envs)
+
+
+def unknown_task_error(backend: str, task: str, valid: Iterable[str]) -> ConfigError:
+    """A one-line ConfigError naming the unknown ``task`` and the closest registered ids."""
+    valid = list(valid)
+    close = difflib.get_close_matches(task, valid, n=5, cutoff=0.4)
+    hint = f"did you mean one of {close}?" if close else f"{len(valid)} ids are registered"
+    return ConfigError(f"env.task={task!r} is not a registered {backend} task; {hint}")

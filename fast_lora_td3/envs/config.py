@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BACKENDS = ("mjlab", "isaaclab", "gymnasium", "dummy")
-"""Valid values of ``EnvConfig.backend``."""
-
 
 @dataclass
 class EnvConfig:
-    """Which simulator and task to run, and how many copies (SPEC §4)."""
+    """Which simulator and task to run, and how many copies."""
 
     backend: str = "mjlab"
     """Simulator: `mjlab` (default, CPU or CUDA), `isaaclab` (NVIDIA GPU), `gymnasium`, or `dummy`
-    (a simulator-free point mass for tests and benchmarks: tasks `PointMass-v0`, `PointMassAsym-v0`)."""
+    (a simulator-free point mass for tests and benchmarks: tasks `PointMass-v0`, `PointMassAsym-v0`);
+    further backends register in `fast_lora_td3.envs.factory.BACKEND_TABLE`."""
     task: str = "FastLoRA-Velocity-Flat-G1"
     """Registered task id of the backend (e.g. `Mjlab-Cartpole-Swingup`, `Isaac-Velocity-Flat-G1-v0`,
     `Pendulum-v1`)."""

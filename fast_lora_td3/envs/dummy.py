@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fast_lora_td3.envs.base import EpisodeTracker, StepResult, select_done
+from fast_lora_td3.envs.base import StepResult, select_done
+from fast_lora_td3.envs.config import EnvConfig
 
 DUMMY_TASKS = ("PointMass-v0", "PointMassAsym-v0")
 """Task ids of the dummy backend; the Asym variant has a privileged critic observation."""
@@ -21,39 +22,25 @@ DUMMY_TASKS = ("PointMass-v0", "PointMassAsym-v0")
 class PointMassEnv:
     """Deterministic-per-seed vectorised point mass implementing the VecEnv protocol."""
 
-    def __init__(
-        self,
-        num_envs: int = 8,
-        obs_dim: int = 4,
-        action_dim: int = 2,
-        max_episode_length: int = 50,
-        device: str = "cpu",
-        seed: int = 0,
-        critic_obs: bool = False,
-    ) -> None:
+    def __init__(self, cfg: EnvConfig, obs_dim: int = 4, action_dim: int = 2) -> None:
+        """``cfg.num_envs`` point masses on ``cfg.device`` seeded with ``cfg.seed``;
+        ``cfg.episode_length_s`` sets the time limit at the 50 Hz control rate (default 50 steps)."""
+        num_envs = cfg.num_envs
         self.num_envs, self.obs_dim, self.action_dim = num_envs, obs_dim, action_dim
-        self.critic_obs_dim = obs_dim + 1 if critic_obs else obs_dim
-        self.has_critic_obs = critic_obs
-        self.max_episode_length = max_episode_length
-        self.device = torch.device(device)
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.has_critic_obs = cfg.task == "PointMassAsym-v0"
+        self.critic_obs_dim = obs_dim + 1 if self.has_critic_obs else obs_dim
+        self.max_episode_length = round(cfg.episode_length_s / 0.02) if cfg.episode_length_s else 50
+        self.device = torch.device(cfg.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         mix = torch.randn(action_dim, obs_dim, generator=self.generator, device=self.device)
         self.mix = mix / mix.norm(dim=0, keepdim=True)
         self.state = torch.zeros(num_envs, obs_dim, device=self.device)
         self.steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
-        self.episode_tracker = EpisodeTracker(num_envs, self.device)
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> PointMassEnv:
-        """Build from an EnvConfig (episode_length_s → steps at the 50 Hz control rate)."""
-        length = round(cfg.episode_length_s / 0.02) if cfg.episode_length_s else 50
-        return cls(
-            num_envs=cfg.num_envs,
-            max_episode_length=length,
-            device=cfg.device,
-            seed=cfg.seed,
-            critic_obs=cfg.task == "PointMassAsym-v0",
-        )
+    @staticmethod
+    def task_ids() -> tuple[str, ...]:
+        """The dummy backend's task ids."""
+        return DUMMY_TASKS
 
     def _draw(self, n: int) -> Tensor:
         return torch.rand(n, self.obs_dim, generator=self.generator, device=self.device) * 2 - 1
@@ -69,7 +56,6 @@ class PointMassEnv:
             self.generator.manual_seed(seed)
         self.state = self._draw(self.num_envs)
         self.steps.zero_()
-        self.episode_tracker.reset()
         return self.state.clone(), self._critic(self.state)
 
     def step(self, actions: Tensor) -> StepResult:
@@ -81,7 +67,6 @@ class PointMassEnv:
         truncated = (self.steps >= self.max_episode_length) & ~terminated
         done = terminated | truncated
         final_obs, final_critic = self.state.clone(), self._critic(self.state)
-        self.episode_tracker.update(reward, done)
         self.state = select_done(done, self._draw(self.num_envs), self.state)
         self.steps = torch.where(done, torch.zeros_like(self.steps), self.steps)
         return StepResult(
@@ -108,7 +93,6 @@ class PointMassEnv:
             "state": self.state.clone(),
             "steps": self.steps.clone(),
             "rng": self.generator.get_state(),
-            "tracker": (self.episode_tracker.returns.clone(), self.episode_tracker.lengths.clone()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -117,7 +101,4 @@ class PointMassEnv:
         self.steps = state["steps"].to(self.device)
         self.generator.set_state(
             state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"]
-        )
-        self.episode_tracker.returns, self.episode_tracker.lengths = (
-            t.to(self.device) for t in state["tracker"]
         )

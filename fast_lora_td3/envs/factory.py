@@ -1,37 +1,31 @@
-"""``make_env``: validate an ``EnvConfig`` and build the selected backend (SPEC §4.2, §11)."""
+"""``make_env``: validate an ``EnvConfig`` and build the selected backend from the backend table
+(``envs.backends``). Backend modules are imported only when built, so importing this package never
+pulls in a simulator (Isaac Lab must start its app before any ``isaaclab`` import).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import importlib
 import importlib.util
-from collections.abc import Iterable
 
 import torch
 
-from fast_lora_td3.envs.base import VecEnv
-from fast_lora_td3.envs.config import BACKENDS, EnvConfig
+from fast_lora_td3.envs.backends import (  # noqa: F401  (register_backend: the public entry)
+    BACKEND_TABLE,
+    BackendSpec,
+    backend_names,
+    register_backend,
+)
+from fast_lora_td3.envs.base import VecEnv, unknown_task_error
+from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 
-INSTALL_HINTS = {
-    "mjlab": ("mjlab", "pip install mjlab"),
-    "gymnasium": ("gymnasium", "pip install gymnasium"),
-    "dummy": ("torch", "pip install torch"),
-    "isaaclab": (
-        "isaaclab",
-        'pip install "isaaclab[isaacsim,all]==2.3.2.post1" --extra-index-url https://pypi.nvidia.com '
-        "(on an NVIDIA GPU machine, with OMNI_KIT_ACCEPT_EULA=YES)",
-    ),
-}
-"""backend → (importable module, install command)."""
 
-
-def unknown_task_error(backend: str, task: str, valid: Iterable[str]) -> ConfigError:
-    """A one-line ConfigError naming the unknown ``task`` and the closest registered ids."""
-    valid = list(valid)
-    close = difflib.get_close_matches(task, valid, n=5, cutoff=0.4)
-    hint = f"did you mean one of {close}?" if close else f"{len(valid)} ids are registered"
-    return ConfigError(f"env.task={task!r} is not a registered {backend} task; {hint}")
+def backend_class(backend: str) -> type:
+    """Import and return the ``VecEnv`` class of a registered ``backend``."""
+    spec = BACKEND_TABLE[backend]
+    return getattr(importlib.import_module(spec.module), spec.cls)
 
 
 def check_device(device: str, key: str = "env.device") -> torch.device:
@@ -54,10 +48,11 @@ def check_device(device: str, key: str = "env.device") -> torch.device:
 
 def check_backend_installed(backend: str) -> None:
     """Raise a ConfigError with the install command when the backend's package is missing."""
-    module, command = INSTALL_HINTS[backend]
-    if importlib.util.find_spec(module) is None:
+    spec = BACKEND_TABLE[backend]
+    if importlib.util.find_spec(spec.package) is None:
         raise ConfigError(
-            f"env.backend={backend!r} needs the '{module}' package; install it with: {command}"
+            f"env.backend={backend!r} needs the '{spec.package}' package; "
+            f"install it with: {spec.install_hint}"
         )
 
 
@@ -65,8 +60,8 @@ def validate_env_config(cfg: EnvConfig, check_runtime: bool = True) -> None:
     """Every check that needs no simulator: backend, num_envs, action_clip, episode length, render
     mode, and with `check_runtime` the device and the backend's package (skipped by dry runs that
     validate GPU / Isaac Lab command lines on other machines)."""
-    if cfg.backend not in BACKENDS:
-        raise ConfigError(f"env.backend={cfg.backend!r} is not valid; use one of {list(BACKENDS)}")
+    if cfg.backend not in BACKEND_TABLE:
+        raise ConfigError(f"env.backend={cfg.backend!r} is not valid; use one of {backend_names()}")
     if not isinstance(cfg.num_envs, int) or cfg.num_envs <= 0:
         raise ConfigError(f"env.num_envs={cfg.num_envs!r} must be a positive integer")
     if not cfg.action_clip > 0:
@@ -83,34 +78,12 @@ def validate_env_config(cfg: EnvConfig, check_runtime: bool = True) -> None:
 
 
 def make_env(cfg: EnvConfig) -> VecEnv:
-    """Build the ``VecEnv`` selected by ``cfg.backend`` for ``cfg.task``.
-
-    Importing ``fast_lora_td3.tasks`` (done here for mjlab) registers our FastLoRA-* task ids.
-    """
+    """Build the ``VecEnv`` selected by ``cfg.backend`` for ``cfg.task``."""
     validate_env_config(cfg)
     if cfg.seed is None:
         cfg = dataclasses.replace(cfg, seed=0)  # a standalone env without a run seed
-    if cfg.backend == "dummy":
-        from fast_lora_td3.envs.dummy import DUMMY_TASKS, PointMassEnv
-
-        if cfg.task not in DUMMY_TASKS:
-            raise unknown_task_error("dummy", cfg.task, DUMMY_TASKS)
-        return PointMassEnv.from_config(cfg)
-    if cfg.backend == "mjlab":
-        from fast_lora_td3.envs.mjlab_env import MjlabVecEnv, mjlab_task_ids
-
-        ids = mjlab_task_ids()
-        if cfg.task not in ids:
-            raise unknown_task_error("mjlab", cfg.task, ids)
-        return MjlabVecEnv(cfg)
-    if cfg.backend == "gymnasium":
-        import gymnasium as gym
-
-        from fast_lora_td3.envs.gym_env import GymVecEnv
-
-        if cfg.task not in gym.registry:
-            raise unknown_task_error("gymnasium", cfg.task, gym.registry.keys())
-        return GymVecEnv(cfg)
-    from fast_lora_td3.envs.isaaclab_env import IsaacLabVecEnv
-
-    return IsaacLabVecEnv(cfg)
+    env_cls = backend_class(cfg.backend)
+    task_ids = env_cls.task_ids()
+    if task_ids is not None and cfg.task not in task_ids:
+        raise unknown_task_error(cfg.backend, cfg.task, task_ids)
+    return env_cls(cfg)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fast_lora_td3.envs.base import EpisodeTracker, StepResult
+from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 
@@ -77,8 +77,14 @@ class GymVecEnv:
         self._act_low = act_space.low.astype(np.float64).reshape(-1)
         self._act_high = act_space.high.astype(np.float64).reshape(-1)
         self._act_shape = act_space.shape
-        self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         self.reset(seed=cfg.seed)
+
+    @staticmethod
+    def task_ids() -> list[str]:
+        """Every id in gymnasium's registry."""
+        import gymnasium as gym
+
+        return list(gym.registry)
 
     def _to_torch(self, x: np.ndarray) -> Tensor:
         t = torch.as_tensor(np.asarray(x, dtype=np.float32).reshape(self.num_envs, -1))
@@ -87,7 +93,6 @@ class GymVecEnv:
     def reset(self, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Reset every env (``seed`` seeds env i with ``seed + i``); returns ``(obs, obs)``."""
         obs, _ = self.env.reset(seed=seed)
-        self.episode_tracker.reset()
         o = self._to_torch(obs)
         return o, o
 
@@ -110,7 +115,6 @@ class GymVecEnv:
         reward_t = torch.as_tensor(np.asarray(reward, dtype=np.float32)).to(self.device)
         term_t = torch.as_tensor(np.asarray(terminated, dtype=bool)).to(self.device)
         trunc_t = torch.as_tensor(np.asarray(truncated, dtype=bool)).to(self.device)
-        episode = self.episode_tracker.update(reward_t, term_t | trunc_t)
         return StepResult(
             obs=obs_t,
             critic_obs=obs_t,
@@ -119,7 +123,7 @@ class GymVecEnv:
             truncated=trunc_t,
             final_obs=final_t,
             final_critic_obs=final_t,
-            info={"log": {}, "episode": episode},
+            info={"log": {}},
         )
 
     def render(self) -> Any:

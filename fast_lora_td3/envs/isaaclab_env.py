@@ -1,4 +1,5 @@
-"""Isaac Lab backend (SPEC §4.2). Nothing here imports ``isaaclab`` at module import time.
+# Over 400 lines: the env adapter and the Kit app life cycle share the process-global _APP.
+"""Isaac Lab backend. Nothing here imports ``isaaclab`` at module import time.
 
 Start-up follows Isaac Lab's own ``scripts/reinforcement_learning/rsl_rl/train.py``: one
 ``AppLauncher`` per process (``headless``, ``device``, ``enable_cameras`` only when frames are
@@ -8,7 +9,7 @@ The Kit app lives until the very end of the process: ``finish_simulation_app(exi
 as the last act of ``fast_lora_td3.cli.main`` (``SimulationApp.close()`` can end the process with
 status 0 or hang, so it never runs before an error is printed, and never on failure).
 
-True final observations (SPEC §4.3). 2.3's ``ManagerBasedRLEnv.step`` computes terminations and
+True final observations. 2.3's ``ManagerBasedRLEnv.step`` computes terminations and
 rewards, resets done envs with ``_reset_idx(ids)``, updates commands and interval events, and only
 then computes ``obs_buf`` (``update_history=True``): the observation it returns for a done env is
 the first of the next episode, and ``extras`` has only ``"log"`` (``"time_outs"`` is added by the
@@ -35,7 +36,6 @@ RL-library wrappers, not by the env; the time-outs are step()'s 4th return value
 from __future__ import annotations
 
 import atexit
-import importlib.metadata
 import inspect
 import logging
 import os
@@ -47,8 +47,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fast_lora_td3.envs.base import EpisodeTracker, StepResult, as_float_obs, select_done
+from fast_lora_td3.envs.base import StepResult, group_tensor, select_done, unknown_task_error
 from fast_lora_td3.envs.config import EnvConfig
+from fast_lora_td3.envs.isaaclab_names import isaaclab_version
 from fast_lora_td3.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -60,22 +61,6 @@ APP_CLOSE_TIMEOUT_S = 60.0
 
 _APP: Any = None
 """The process's one Kit app (Isaac Sim allows one simulation context per process)."""
-
-
-def _group_tensor(group: Any, num_envs: int) -> Tensor:
-    """A group tensor as ``[N, -1]`` float32; a dict group (non-concatenated terms) flattened in order."""
-    if isinstance(group, dict):
-        return torch.cat([as_float_obs(v, num_envs) for v in group.values()], dim=-1)
-    return as_float_obs(group, num_envs)
-
-
-def isaaclab_version() -> tuple[int, int]:
-    """(major, minor) of the installed ``isaaclab`` distribution; (0, 0) if unknown."""
-    try:
-        parts = importlib.metadata.version("isaaclab").split(".")
-        return int(parts[0]), int(parts[1])
-    except (importlib.metadata.PackageNotFoundError, ValueError, IndexError):
-        return (0, 0)
 
 
 def resolve_task_id(task: str, registered: Any) -> str | None:
@@ -151,7 +136,6 @@ def _launch_and_make(cfg: EnvConfig) -> tuple[Any, Any]:
     import isaaclab_tasks  # noqa: F401  (registers the stock Isaac-* tasks)
     from isaaclab_tasks.utils import parse_env_cfg
 
-    from fast_lora_td3.envs.factory import unknown_task_error
     from fast_lora_td3.tasks.isaaclab_g1 import check_isaaclab_version, register_isaaclab_tasks
 
     register_isaaclab_tasks()
@@ -200,6 +184,11 @@ class IsaacLabVecEnv:
 
     single_instance = True
     """One env per process (a second ``ManagerBasedRLEnv`` raises): evaluate on a slice of it."""
+
+    @staticmethod
+    def task_ids() -> None:
+        """None: Isaac Lab's registry exists only once the app runs (``_launch_and_make`` checks)."""
+        return None
 
     def __init__(
         self,
@@ -252,8 +241,6 @@ class IsaacLabVecEnv:
         # Until the first episode has surely ended, check (one host read per step) that every
         # step that reset envs produced a final observation: fall back loudly if not.
         self._verify_steps = int(u.max_episode_length) + 1
-        self._stats_from = 0  # envs [0, _stats_from) are evaluation rows, not training statistics
-        self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         obs, critic_obs = self.reset(seed=self.cfg.seed)
         if not self.has_critic_obs:  # e.g. the stock Isaac-Velocity-*-G1 tasks
             log.warning(
@@ -264,11 +251,6 @@ class IsaacLabVecEnv:
             )
         self.obs_dim = int(obs.shape[-1])
         self.critic_obs_dim = int(critic_obs.shape[-1])
-
-    def reserve_eval_rows(self, num_eval: int) -> None:
-        """Keep envs ``[0, num_eval)`` out of ``episode_tracker`` (they are evaluated apart)."""
-        self._stats_from = int(num_eval)
-        self.episode_tracker = EpisodeTracker(self.num_envs - self._stats_from, self.device)
 
     def _install_reset_hook(self, u: Any) -> None:
         """Isaac Lab 2.3: compute the observation of every env right before step() resets some."""
@@ -288,11 +270,11 @@ class IsaacLabVecEnv:
                 f"env.task={self.cfg.task!r}: Isaac Lab task has no '{POLICY_GROUP}' observation "
                 f"group (found {sorted(obs_dict)})"
             )
-        obs = _group_tensor(obs_dict[POLICY_GROUP], self.num_envs)
+        obs = group_tensor(obs_dict[POLICY_GROUP], self.num_envs)
         self.has_critic_obs = CRITIC_GROUP in obs_dict
         if not self.has_critic_obs:
             return obs, obs
-        return obs, _group_tensor(obs_dict[CRITIC_GROUP], self.num_envs)
+        return obs, group_tensor(obs_dict[CRITIC_GROUP], self.num_envs)
 
     def reset(self, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Reset every env (seeding Isaac Lab's RNGs when given); returns ``(obs, critic_obs)``."""
@@ -306,7 +288,6 @@ class IsaacLabVecEnv:
             self.unwrapped.episode_length_buf = torch.randint_like(
                 buf, high=self.max_episode_length
             )
-        self.episode_tracker.reset()
         return self._split(obs_dict)
 
     def step(self, actions: Tensor) -> StepResult:
@@ -342,8 +323,6 @@ class IsaacLabVecEnv:
             final_critic_obs = (
                 select_done(done, f_critic, critic_obs) if self.has_critic_obs else final_obs
             )
-        rows = slice(self._stats_from, None)
-        episode = self.episode_tracker.update(reward[rows], done[rows])
         return StepResult(
             obs=obs,
             critic_obs=critic_obs,
@@ -352,11 +331,7 @@ class IsaacLabVecEnv:
             truncated=truncated,
             final_obs=final_obs,
             final_critic_obs=final_critic_obs,
-            info={
-                "log": self._fresh_log(extras),
-                "episode": episode,
-                "final_obs_exact": self._exact,
-            },
+            info={"log": self._fresh_log(extras), "final_obs_exact": self._exact},
         )
 
     def _final_obs_path_failed(self) -> None:

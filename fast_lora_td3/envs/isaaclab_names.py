@@ -8,6 +8,8 @@ Checks for ``scripts/isaaclab_conformance.py``, which resolves them by AST in th
 
 from __future__ import annotations
 
+import importlib.metadata
+
 _ENV = "isaaclab.envs.manager_based_rl_env:ManagerBasedRLEnv"
 _STEP_RETURN = (
     "(self.obs_buf, self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras)"
@@ -152,3 +154,12 @@ ISAACLAB_NAMES: dict[str, list[tuple[str, ...]]] = {
     ],
 }
 """version key ("2.3", "3.0") → checks."""
+
+
+def isaaclab_version() -> tuple[int, int]:
+    """(major, minor) of the installed ``isaaclab`` distribution; (0, 0) if unknown."""
+    try:
+        parts = importlib.metadata.version("isaaclab").split(".")
+        return int(parts[0]), int(parts[1])
+    except (importlib.metadata.PackageNotFoundError, ValueError, IndexError):
+        return (0, 0)

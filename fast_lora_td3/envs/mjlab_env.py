@@ -1,9 +1,10 @@
 """mjlab backend: ``ManagerBasedRlEnv`` with ``auto_reset=False`` and explicit partial resets.
 
 With ``auto_reset=False``, mjlab's ``step()`` returns the terminal observation of envs that ended
-(the true final obs, SPEC §4.3) and marks them pending; we then call ``reset(env_ids=done_ids)``,
-which runs mjlab's own reset path (events, commands with dt=0, observation history backfill) and
-recomputes observations, exactly what ``auto_reset=True`` would have done inside ``step()``.
+(the true final obs, so time-outs bootstrap from it) and marks them pending; we then call
+``reset(env_ids=done_ids)``, which runs mjlab's own reset path (events, commands with dt=0,
+observation history backfill) and recomputes observations, exactly what ``auto_reset=True`` would
+have done inside ``step()``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fast_lora_td3.envs.base import EpisodeTracker, StepResult, as_float_obs, select_done
+from fast_lora_td3.envs.base import StepResult, group_tensor, select_done
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 
@@ -47,15 +48,10 @@ def mjlab_task_ids() -> list[str]:
     return list_tasks()
 
 
-def _group_tensor(group: Tensor | dict[str, Tensor], num_envs: int) -> Tensor:
-    """A concatenated group as is; a dict group (``concatenate_terms=False``) flattened in order."""
-    if isinstance(group, dict):
-        return torch.cat([as_float_obs(v, num_envs) for v in group.values()], dim=-1)
-    return as_float_obs(group, num_envs)
-
-
 class MjlabVecEnv:
     """``VecEnv`` over an mjlab ``ManagerBasedRlEnv`` (any registered task id)."""
+
+    task_ids = staticmethod(mjlab_task_ids)
 
     def __init__(self, cfg: EnvConfig) -> None:
         """Build the mjlab env for ``cfg.task`` with ``cfg.num_envs`` envs on ``cfg.device``."""
@@ -89,16 +85,15 @@ class MjlabVecEnv:
         self.actor_group = actor[0]
         self.has_critic_obs = CRITIC_GROUP in groups
         self.critic_group = CRITIC_GROUP if self.has_critic_obs else self.actor_group
-        self.episode_tracker = EpisodeTracker(self.num_envs, self.device)
         obs, critic_obs = self.reset(seed=cfg.seed)
         self.obs_dim = int(obs.shape[-1])
         self.critic_obs_dim = int(critic_obs.shape[-1])
 
     def _split(self, obs_dict: dict[str, Any]) -> tuple[Tensor, Tensor]:
-        obs = _group_tensor(obs_dict[self.actor_group], self.num_envs)
+        obs = group_tensor(obs_dict[self.actor_group], self.num_envs)
         if not self.has_critic_obs:
             return obs, obs
-        return obs, _group_tensor(obs_dict[self.critic_group], self.num_envs)
+        return obs, group_tensor(obs_dict[self.critic_group], self.num_envs)
 
     def reset(self, seed: int | None = None) -> tuple[Tensor, Tensor]:
         """Reset every env (re-seeding mjlab's RNGs when ``seed`` is given); returns ``(obs, critic_obs)``."""
@@ -108,7 +103,6 @@ class MjlabVecEnv:
             self.env.episode_length_buf = torch.randint_like(
                 self.env.episode_length_buf, high=self.max_episode_length
             )
-        self.episode_tracker.reset()
         return self._split(obs_dict)
 
     def step(self, actions: Tensor) -> StepResult:
@@ -135,17 +129,15 @@ class MjlabVecEnv:
                 select_done(done, new_critic, final_critic_obs) if self.has_critic_obs else obs
             )
             step_log.update(reset_extras.get("log", {}))
-        reward = reward.to(torch.float32)
-        episode = self.episode_tracker.update(reward, done)
         return StepResult(
             obs=obs,
             critic_obs=critic_obs,
-            reward=reward,
+            reward=reward.to(torch.float32),
             terminated=terminated,
             truncated=truncated,
             final_obs=final_obs,
             final_critic_obs=final_critic_obs,
-            info={"log": step_log, "episode": episode},
+            info={"log": step_log},
         )
 
     def render(self) -> np.ndarray | None:
