@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from fast_lora_td3.checkpoint import CheckpointManager, load_file
 from fast_lora_td3.config import TrainConfig, register_configs
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.validate import resolve_device
+from fast_lora_td3.validate import resolve_runtime
 
 
 def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -55,8 +55,7 @@ def load_for_inference(ckpt: Path, overrides: list[str]) -> tuple[TrainConfig, d
         cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except Exception as exc:
         raise ConfigError(f"bad override: {str(exc).splitlines()[0]}") from None
-    cfg.device = resolve_device(cfg.device)
-    cfg.env.device = cfg.device
+    resolve_runtime(cfg, env_seed=False)  # play's episodes reseed the simulator themselves
     return cfg, state
 
 
@@ -104,8 +103,7 @@ def config_from_exported(path: Path, overrides: list[str]) -> TrainConfig:
     if "task" not in meta or "backend" not in meta:
         raise ConfigError(f"exported={path} has no task/backend metadata: pass checkpoint=RUN too")
     cfg = compose_config([f"env.backend={meta['backend']}", f"env.task={meta['task']}", *overrides])
-    cfg.device = resolve_device(cfg.device)
-    cfg.env.device = cfg.device
+    resolve_runtime(cfg, env_seed=False)  # play's episodes reseed the simulator themselves
     return cfg
 
 

@@ -4,10 +4,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.nn.lora import LORA_INITS, WEIGHT_NORMS, check_lora_wn
+
+CRITIC_FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
+"""Valid values of `CriticConfig.family`."""
+ACTOR_FAMILIES = ("mlp", "simbav2")
+"""Valid values of `ActorConfig.family`."""
+MLP_ACTIVATIONS = ("relu", "silu_layernorm")
+"""Valid `activation` values of the MLP families (critic and actor)."""
+# Which linears each LoRA family can adapt. mlp_lora also takes "blocks" (= "hidden"): its hidden
+# linears play the role of SimbaV2's residual-block linears.
+LORA_LAYER_SETS = {
+    "simbav2_lora": ("blocks", "embedder", "head"),
+    "mlp_lora": ("hidden", "all", "blocks"),
+}
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{name}={value} must be a positive integer")
+
+
+def _check_widths(name: str, dims: list[int]) -> None:
+    if not dims or any(d < 1 for d in dims):
+        raise ConfigError(f"{name}={list(dims)} must be a non-empty list of positive ints")
+
 
 @dataclass
 class CriticConfig:
-    """Twin distributional critic. `family` selects the architecture (SPEC §2.1, §2.3, §2.4)."""
+    """Twin distributional critic. `family` selects the architecture."""
 
     family: str = "mlp"
     """One of `mlp`, `simbav2`, `simbav2_lora`, `mlp_lora`."""
@@ -40,6 +66,55 @@ class CriticConfig:
     num_members: int = 2
     """Number of Q-networks evaluated as one batched computation (2 = twin critics)."""
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
+        if self.family not in CRITIC_FAMILIES:
+            raise ConfigError(
+                f"critic.family={self.family!r} is invalid; choose one of {', '.join(CRITIC_FAMILIES)}"
+            )
+        _check_positive("critic.num_members", self.num_members)
+        if self.family.startswith("mlp"):
+            if self.activation not in MLP_ACTIVATIONS:
+                raise ConfigError(
+                    f"critic.activation={self.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
+                )
+            _check_widths("critic.hidden_dims", self.hidden_dims)
+        else:
+            _check_positive("critic.width", self.width)
+            _check_positive("critic.num_blocks", self.num_blocks)
+        valid_sets = LORA_LAYER_SETS.get(self.family)
+        if valid_sets is None:
+            return
+        if self.lora_init not in LORA_INITS:
+            raise ConfigError(
+                f"critic.lora_init={self.lora_init!r} is invalid; choose one of {LORA_INITS}"
+            )
+        if self.weight_norm not in WEIGHT_NORMS:
+            raise ConfigError(
+                f"critic.weight_norm={self.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
+            )
+        _check_positive("critic.rank", self.rank)
+        if self.kernel_init_scale <= 0:
+            raise ConfigError(f"critic.kernel_init_scale={self.kernel_init_scale} must be > 0")
+        if self.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
+            check_lora_wn(self.lora_init, self.kernel_init_scale, self.weight_norm)
+        layers = list(self.lora_layers)
+        bad = [name for name in layers if name not in valid_sets]
+        if bad or not layers:
+            raise ConfigError(
+                f"critic.lora_layers={layers} is invalid for critic.family={self.family}; "
+                f"give a non-empty list drawn from {list(valid_sets)}"
+            )
+        widths = [self.width] if self.family == "simbav2_lora" else list(self.hidden_dims)
+        if not 0 < self.rank < min(widths):
+            raise ConfigError(
+                f"critic.rank={self.rank} is out of range: use 0 < rank < {min(widths)} "
+                "(the smallest adapted layer width)"
+            )
+
 
 @dataclass
 class ActorConfig:
@@ -60,3 +135,24 @@ class ActorConfig:
     last_layer_std: float = 0.01
     """TD3, MLP family: std of the normal init of the last layer (MLP SAC heads are zero-initialised;
     SimbaV2 heads have unit-norm rows and a zero bias)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
+        if self.family not in ACTOR_FAMILIES:
+            raise ConfigError(
+                f"actor.family={self.family!r} is invalid; choose one of {ACTOR_FAMILIES}"
+            )
+        if self.family == "mlp":
+            if self.activation not in MLP_ACTIVATIONS:
+                raise ConfigError(
+                    f"actor.activation={self.activation!r} is invalid; choose 'relu' or 'silu_layernorm'"
+                )
+            _check_widths("actor.hidden_dims", self.hidden_dims)
+        else:
+            _check_positive("actor.width", self.width)
+            _check_positive("actor.num_blocks", self.num_blocks)
+        if self.last_layer_std < 0:
+            raise ConfigError(f"actor.last_layer_std={self.last_layer_std} must be >= 0")

@@ -14,16 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.nn.config import CriticConfig
+from fast_lora_td3.nn.config import CRITIC_FAMILIES, CriticConfig
 from fast_lora_td3.nn.layers import EnsembleLayerNorm, EnsembleLinear
-from fast_lora_td3.nn.lora import (
-    LORA_INITS,
-    WEIGHT_NORMS,
-    LoRALinear,
-    adapter_parameters,
-    check_lora_wn,
-    dense_trainable_parameters,
-)
+from fast_lora_td3.nn.lora import LoRALinear, adapter_parameters, dense_trainable_parameters
 from fast_lora_td3.nn.simbav2 import SimbaV2Encoder, SimbaV2Head
 
 __all__ = [
@@ -33,63 +26,6 @@ __all__ = [
     "build_critic",
     "dense_trainable_parameters",
 ]
-
-CRITIC_FAMILIES = ("mlp", "simbav2", "simbav2_lora", "mlp_lora")
-MLP_ACTIVATIONS = ("relu", "silu_layernorm")
-# mlp_lora also accepts `blocks` (the config default) as an alias of `hidden`: an MLP's hidden
-# linears play the role of SimbaV2's residual-block linears.
-_LORA_LAYER_SETS = {
-    "simbav2_lora": ("blocks", "embedder", "head"),
-    "mlp_lora": ("hidden", "all", "blocks"),
-}
-
-
-def _check_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name}={value} must be a positive integer")
-
-
-def validate_critic_config(cfg: CriticConfig) -> None:
-    """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
-    if cfg.family not in CRITIC_FAMILIES:
-        raise ConfigError(
-            f"critic.family={cfg.family!r} is invalid; choose one of {', '.join(CRITIC_FAMILIES)}"
-        )
-    _check_positive("critic.num_members", cfg.num_members)
-    if cfg.family.startswith("mlp"):
-        if cfg.activation not in MLP_ACTIVATIONS:
-            raise ConfigError(
-                f"critic.activation={cfg.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
-            )
-        if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
-            raise ConfigError(
-                f"critic.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
-            )
-    else:
-        _check_positive("critic.width", cfg.width)
-        _check_positive("critic.num_blocks", cfg.num_blocks)
-    valid_sets = _LORA_LAYER_SETS.get(cfg.family)
-    if valid_sets is not None:
-        if cfg.lora_init not in LORA_INITS:
-            raise ConfigError(
-                f"critic.lora_init={cfg.lora_init!r} is invalid; choose one of {LORA_INITS}"
-            )
-        if cfg.weight_norm not in WEIGHT_NORMS:
-            raise ConfigError(
-                f"critic.weight_norm={cfg.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
-            )
-        _check_positive("critic.rank", cfg.rank)
-        if cfg.kernel_init_scale <= 0:
-            raise ConfigError(f"critic.kernel_init_scale={cfg.kernel_init_scale} must be > 0")
-        if cfg.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
-            check_lora_wn(cfg.lora_init, cfg.kernel_init_scale, cfg.weight_norm)
-        layers = list(cfg.lora_layers)
-        bad = [name for name in layers if name not in valid_sets]
-        if bad or not layers:
-            raise ConfigError(
-                f"critic.lora_layers={layers} is invalid for critic.family={cfg.family}; "
-                f"give a non-empty list drawn from {list(valid_sets)}"
-            )
 
 
 def _lora_kwargs(cfg: CriticConfig, weight_norm: str) -> dict[str, Any]:
@@ -140,7 +76,7 @@ class TwinCritic(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, num_atoms: int, cfg: CriticConfig) -> None:
         super().__init__()
-        validate_critic_config(cfg)
+        cfg.check()
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.num_atoms = num_atoms
@@ -183,7 +119,7 @@ class TwinCritic(nn.Module):
 
 def build_critic(cfg: CriticConfig, obs_dim: int, action_dim: int, num_atoms: int) -> TwinCritic:
     """Validate `cfg` and build the twin critic for its family (ConfigError lists valid values)."""
-    validate_critic_config(cfg)
+    cfg.check()
     if obs_dim < 1 or action_dim < 1:
         raise ConfigError(
             f"critic input dims must be positive (obs {obs_dim}, action {action_dim})"
