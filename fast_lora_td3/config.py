@@ -18,6 +18,9 @@ from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 from fast_lora_td3.update_mode import parse_flag
 
+AMP_MODES = ("none", "bf16")
+"""Valid values of `amp` (autocast of the update step)."""
+
 
 @dataclass
 class EvalConfig:
@@ -143,7 +146,7 @@ class TrainConfig:
         if nested:
             for group in (self.algo, self.env, self.critic, self.actor, self.eval):
                 group.check()
-        check_choice("amp", self.amp, ("none", "bf16"))
+        check_choice("amp", self.amp, AMP_MODES)
         parse_flag("compile", self.compile)
         parse_flag("cuda_graph", self.cuda_graph)
         check_choice("logger", self.logger, ("tensorboard", "wandb"))
