@@ -22,9 +22,8 @@ from fast_lora_td3.errors import CheckpointError
 RESUME_MUTABLE_KEYS: frozenset[str] = frozenset({
     "total_steps", "resume", "checkpoint", "run_dir", "run_name", "log_dir", "logger",
     "log_interval", "log_interval_s", "cpu_defaults", "checkpoint_interval", "keep_checkpoints",
-    "keep_last", "save_replay",
-    "progress", "device", "compile", "cuda_graph", "verify_compile", "export_at_end",
-    "nan_check_interval", "nan_action", "eval", "experiment", "headless", "video", "wandb*", "hydra",
+    "save_replay", "progress", "device", "compile", "cuda_graph", "verify_compile", "export_at_end",
+    "nan_check_interval", "nan_action", "eval", "experiment", "video",
 })
 # fmt: on
 """Config keys that may change between a run and its resume (run length, logging, device, speed

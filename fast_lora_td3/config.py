@@ -1,7 +1,9 @@
 """The root training config: typed dataclasses registered with Hydra's ConfigStore.
 
 Every field has a docstring; Hydra validates overrides against these types, so an unknown key or a
-wrong type is an error, not silently ignored (SPEC §13).
+wrong type is an error, not silently ignored. Each dataclass checks its own fields in
+`__post_init__` (run by `OmegaConf.to_object` on the composed values) and again in `check()`, which
+`validate` calls on the final config; rules that span groups live in fast_lora_td3/validate.py.
 """
 
 from __future__ import annotations
@@ -10,9 +12,14 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from fast_lora_td3.algos.config import AlgoConfig
+from fast_lora_td3.algos.config import AlgoConfig, check_choice
 from fast_lora_td3.envs.config import EnvConfig
+from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
+from fast_lora_td3.update_mode import parse_flag
+
+AMP_MODES = ("none", "bf16")
+"""Valid values of `amp` (autocast of the update step)."""
 
 
 @dataclass
@@ -26,6 +33,14 @@ class EvalConfig:
     """Number of evaluation environments."""
     max_steps: int | None = None
     """Cap on steps per evaluation (None: the task's max episode length)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError on an invalid setting."""
+        if self.num_envs <= 0:
+            raise ConfigError(f"eval.num_envs must be > 0 (got {self.num_envs})")
 
 
 @dataclass
@@ -121,6 +136,25 @@ class TrainConfig:
     dry_run: bool = False
     """Compose and validate the config, print a one-line summary, and exit 0 without building envs,
     networks, process groups or run directories (checks launch scripts and container commands)."""
+
+    def __post_init__(self) -> None:
+        self.check(nested=False)  # the groups checked themselves when they were built
+
+    def check(self, nested: bool = True) -> None:
+        """Raise ConfigError on the first invalid setting of this config (and, with `nested`, of
+        its groups). Rules that relate two groups are in fast_lora_td3/validate.py."""
+        if nested:
+            for group in (self.algo, self.env, self.critic, self.actor, self.eval):
+                group.check()
+        check_choice("amp", self.amp, AMP_MODES)
+        parse_flag("compile", self.compile)
+        parse_flag("cuda_graph", self.cuda_graph)
+        check_choice("logger", self.logger, ("tensorboard", "wandb"))
+        check_choice("nan_action", self.nan_action, ("stop", "skip"))
+        if self.total_steps <= 0:
+            raise ConfigError(f"total_steps must be > 0 (got {self.total_steps})")
+        if self.log_interval <= 0:
+            raise ConfigError(f"log_interval must be > 0 iterations (got {self.log_interval})")
 
 
 def register_configs() -> None:

@@ -10,7 +10,7 @@ from fast_lora_td3.checkpoint import CheckpointManager, load_file
 from fast_lora_td3.compose import compose_run_config
 from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.validate import resolve_device
+from fast_lora_td3.validate import resolve_runtime
 
 __all__ = ["build_learner", "load_for_inference", "resolve_checkpoint", "split_overrides"]
 
@@ -52,8 +52,7 @@ def load_for_inference(ckpt: Path, overrides: list[str]) -> tuple[TrainConfig, d
     """The saved run's config with `overrides` applied, and the checkpoint state."""
     state = load_file(ckpt)
     cfg = compose_run_config(state["config"], overrides)
-    cfg.device = resolve_device(cfg.device)
-    cfg.env.device = cfg.device
+    resolve_runtime(cfg, env_seed=False)  # play's episodes reseed the simulator themselves
     return cfg, state
 
 

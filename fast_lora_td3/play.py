@@ -18,7 +18,7 @@ from fast_lora_td3.inference import (
     resolve_checkpoint,
     split_overrides,
 )
-from fast_lora_td3.validate import resolve_device
+from fast_lora_td3.validate import resolve_runtime
 
 
 def onnx_policy(path: Path, device: torch.device) -> Any:
@@ -45,8 +45,7 @@ def config_from_exported(path: Path, overrides: list[str]) -> TrainConfig:
     if "task" not in meta or "backend" not in meta:
         raise ConfigError(f"exported={path} has no task/backend metadata: pass checkpoint=RUN too")
     cfg = compose_config([f"env.backend={meta['backend']}", f"env.task={meta['task']}", *overrides])
-    cfg.device = resolve_device(cfg.device)
-    cfg.env.device = cfg.device
+    resolve_runtime(cfg, env_seed=False)  # play's episodes reseed the simulator themselves
     return cfg
 
 

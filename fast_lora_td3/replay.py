@@ -1,4 +1,4 @@
-"""GPU-resident per-environment replay buffer with implicit next observations (SPEC §3).
+"""GPU-resident per-environment replay buffer with implicit next observations.
 
 Layout: every tensor is `[num_envs, capacity_per_env, ...]`, written at one shared pointer (all envs
 step together). Steps are addressed by their *absolute* index `T` (number of `add` calls before it);
@@ -27,24 +27,20 @@ it never crosses the write pointer into the oldest data.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from fast_lora_td3.atomic_io import atomic_write
-from fast_lora_td3.errors import CheckpointError, ConfigError
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.replay_state import load_replay_state, replay_state
 
 __all__ = ["ReplayBuffer", "ReplaySample"]
 
 _TERMINATED = 1
 _TRUNCATED = 2
-_MAGIC = b"FLTD3RB1"
-_OBS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ReplaySample(NamedTuple):
@@ -65,10 +61,6 @@ class ReplaySample(NamedTuple):
     """γ^k (fp32)."""
     k: Tensor
     """Effective window length in [1, n_step] (int64)."""
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _free_device_bytes(device: torch.device) -> int | None:
@@ -105,6 +97,9 @@ class ReplayBuffer:
         final_obs_slots: side-table slots per env (default from `max_episode_length`, see module doc).
         max_episode_length: episode time-out in steps, used only for the default slot count.
         free_bytes: override of the free device memory used for the fit check (tests, dry runs).
+
+    Sizes, n_step, gamma and storage dtypes come from configs that checked them (AlgoConfig,
+    EnvConfig; the batch / num_envs rule is validate.check_batch_divides).
     """
 
     def __init__(
@@ -124,21 +119,6 @@ class ReplayBuffer:
         max_episode_length: int | None = None,
         free_bytes: int | None = None,
     ) -> None:
-        if num_envs < 1:
-            raise ConfigError(f"env.num_envs={num_envs} must be >= 1")
-        if n_step < 1:
-            raise ConfigError(f"algo.n_step={n_step} must be >= 1")
-        if capacity_per_env < n_step + 1:
-            raise ConfigError(
-                f"algo.buffer_size={capacity_per_env} (steps stored PER ENV) must be >= algo.n_step + 1 = {n_step + 1}"
-            )
-        if not 0.0 < gamma <= 1.0:
-            raise ConfigError(f"algo.gamma={gamma} must be in (0, 1]")
-        for dt in (obs_dtype, action_dtype):
-            if dt not in _OBS_DTYPES.values():
-                raise ConfigError(
-                    f"replay storage dtype {dt} must be one of float32, bfloat16, float16"
-                )
         slots = self.default_final_obs_slots(capacity_per_env, max_episode_length)
         slots = slots if final_obs_slots is None else int(final_obs_slots)
         if not 1 <= slots <= capacity_per_env:
@@ -250,19 +230,10 @@ class ReplayBuffer:
         """`reference_transition_bytes` for this buffer's dimensions."""
         return self.reference_transition_bytes(self.obs_dim, self.action_dim, self.critic_obs_dim)
 
-    def __len__(self) -> int:
-        """Steps stored per env (≤ capacity)."""
-        return min(self._num_added, self.capacity)
-
     @property
     def num_added(self) -> int:
         """Steps written per env since allocation or the loaded snapshot (host counter, no sync)."""
         return self._num_added
-
-    @property
-    def size(self) -> int:
-        """Steps stored per env (≤ capacity)."""
-        return len(self)
 
     # ----------------------------------------------------------------- writing
     @torch.no_grad()
@@ -344,12 +315,8 @@ class ReplayBuffer:
     def _sample_starts(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Stratified uniform starts: batch_size / num_envs per env, uniform over its valid range."""
-        if batch_size <= 0 or batch_size % self.num_envs:
-            raise ConfigError(
-                f"algo.batch_size={batch_size} must be a positive multiple of env.num_envs={self.num_envs} "
-                "(the batch is sampled evenly across environments)"
-            )
+        """Stratified uniform starts: batch_size / num_envs per env, uniform over its valid range
+        (batch_size a multiple of num_envs: validate.check_batch_divides)."""
         env_idx = self._env_arange.repeat_interleave(batch_size // self.num_envs)
         lo, hi = self._valid_range()
         count = (hi - lo + 1)[env_idx]
@@ -417,111 +384,10 @@ class ReplayBuffer:
         )
 
     # ----------------------------------------------------------------- state
-    def _tensors(self) -> dict[str, Tensor]:
-        names = [
-            "obs",
-            "critic_obs",
-            "actions",
-            "rewards",
-            "flags",
-            "slot",
-            "final_obs",
-            "final_critic_obs",
-            "final_owner",
-            "final_count",
-            "stale_until",
-            "ptr",
-        ]
-        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
-
-    def _meta(self) -> dict[str, object]:
-        return {
-            "num_envs": self.num_envs,
-            "capacity_per_env": self.capacity,
-            "obs_dim": self.obs_dim,
-            "action_dim": self.action_dim,
-            "critic_obs_dim": self.critic_obs_dim,
-            "final_obs_slots": self.final_obs_slots,
-            "obs_dtype": _dtype_name(self.obs_dtype),
-            "action_dtype": _dtype_name(self.action_dtype),
-            "num_added": self._num_added,
-        }
-
-    def _check_meta(self, meta: dict[str, object]) -> None:
-        mine = self._meta()
-        diff = [
-            f"{k}={meta.get(k)!r} (buffer has {v!r})"
-            for k, v in mine.items()
-            if k != "num_added" and meta.get(k) != v
-        ]
-        if diff:
-            raise CheckpointError(f"replay snapshot does not match this buffer: {', '.join(diff)}")
-
     def state_dict(self) -> dict[str, object]:
-        """Storage tensors (on device, not copied), pointers and geometry metadata."""
-        return {"meta": self._meta(), **self._tensors()}
+        """Checkpoint contents (fast_lora_td3/replay_state.py): tensors, pointers and geometry."""
+        return replay_state(self)
 
-    @torch.no_grad()
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore in place (tensor addresses are kept, so captured graphs stay valid)."""
-        self._check_meta(state["meta"])  # type: ignore[arg-type]
-        for name, dst in self._tensors().items():
-            dst.copy_(state[name])  # type: ignore[arg-type]
-        self._num_added = int(state["meta"]["num_added"])  # type: ignore[index]
-
-    def save(self, path: str | os.PathLike[str], chunk_bytes: int = 64 << 20) -> None:
-        """Atomic chunked snapshot (`atomic_io.atomic_write`): raw tensor bytes streamed ≤ chunk_bytes
-        at a time."""
-        path = Path(path)
-        tensors = self._tensors()
-        header = {
-            "meta": self._meta(),
-            "tensors": [[k, _dtype_name(t.dtype), list(t.shape)] for k, t in tensors.items()],
-        }
-        blob = json.dumps(header).encode()
-
-        def write(f: IO[bytes]) -> None:
-            f.write(_MAGIC + len(blob).to_bytes(8, "little") + blob)
-            for t in tensors.values():
-                for chunk in _row_chunks(t, chunk_bytes):
-                    f.write(
-                        chunk.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
-                    )
-
-        atomic_write(path, write)
-
-    @torch.no_grad()
-    def load(self, path: str | os.PathLike[str], chunk_bytes: int = 64 << 20) -> None:
-        """Restore a `save` snapshot in place, streaming it chunk by chunk."""
-        path = Path(path)
-        if not path.is_file():
-            raise CheckpointError(f"replay snapshot {path} does not exist")
-        with open(path, "rb") as f:
-            if f.read(len(_MAGIC)) != _MAGIC:
-                raise CheckpointError(
-                    f"replay snapshot {path} is not a fast_lora_td3 replay snapshot"
-                )
-            try:
-                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise CheckpointError(f"replay snapshot {path} is corrupt ({err})") from err
-            self._check_meta(header["meta"])
-            tensors = self._tensors()
-            for name, _, _ in header["tensors"]:
-                for chunk in _row_chunks(tensors[name], chunk_bytes):
-                    raw = f.read(chunk.numel() * chunk.element_size())
-                    if len(raw) != chunk.numel() * chunk.element_size():
-                        raise CheckpointError(
-                            f"replay snapshot {path} is truncated (tensor {name})"
-                        )
-                    src = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(chunk.dtype)
-                    chunk.copy_(src.reshape(chunk.shape))
-        self._num_added = int(header["meta"]["num_added"])
-
-
-def _row_chunks(t: Tensor, chunk_bytes: int) -> list[Tensor]:
-    """Views of `t` split along dim 0 into pieces of at most ~chunk_bytes (0-d: the tensor itself)."""
-    if t.dim() == 0:
-        return [t.reshape(1)]
-    row = max(1, t[0].numel() * t.element_size())
-    return list(t.split(max(1, chunk_bytes // row)))
+        """Restore a `state_dict` in place (tensor addresses are kept, so captured graphs stay valid)."""
+        self._num_added = load_replay_state(self, state)

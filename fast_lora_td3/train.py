@@ -12,7 +12,7 @@ from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.cpu_defaults import apply_cpu_defaults
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.run_logger import make_run_dir
-from fast_lora_td3.validate import resolve_device, validate
+from fast_lora_td3.validate import resolve_device, resolve_runtime, validate
 
 EXIT_DISTRIBUTED_FAILURE = 3
 """Exit code of a rank whose collective failed (a peer died or timed out)."""
@@ -68,16 +68,12 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
 
     if cfg.dry_run:
         return dry_run(cfg)
-    cfg.device = resolve_device(cfg.device)
-    dist = DistributedContext.from_environment(cfg.device)
-    cfg.device = dist.device
+    dist = DistributedContext.from_environment(resolve_device(cfg.device))
+    resolve_runtime(cfg, dist.device)
     if explicit_keys is not None and torch.device(cfg.device).type == "cpu":
         note = apply_cpu_defaults(cfg, explicit_keys)
         if note and dist.rank == 0:
             print(note, flush=True)
-    cfg.env.device = cfg.device
-    if cfg.env.seed is None:
-        cfg.env.seed = cfg.seed  # the simulator follows the top-level seed unless told otherwise
     validate(cfg)
     if cfg.algo.name == "ppo":
         from fast_lora_td3.ppo import run_ppo

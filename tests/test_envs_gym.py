@@ -86,19 +86,20 @@ def test_episode_tracker_matches_brute_force() -> None:
     assert tracker.pop() is None
 
 
-def _one_line_error(cfg: EnvConfig, match: str) -> str:
+def _one_line_error(cfg: EnvConfig | dict, match: str) -> str:
+    """`cfg`: a config for make_env, or EnvConfig's kwargs (errors the config itself raises)."""
     with pytest.raises(ConfigError, match=match) as exc:
-        make_env(cfg)
+        make_env(EnvConfig(**cfg) if isinstance(cfg, dict) else cfg)
     msg = str(exc.value)
     assert "\n" not in msg
     return msg
 
 
 def test_config_errors() -> None:
-    msg = _one_line_error(EnvConfig(backend="bullet"), "env.backend")
+    msg = _one_line_error({"backend": "bullet"}, "env.backend")
     assert "mjlab" in msg and "gymnasium" in msg and "isaaclab" in msg
-    _one_line_error(EnvConfig(backend="gymnasium", task="Pendulum-v1", num_envs=0), "env.num_envs")
-    _one_line_error(EnvConfig(backend="gymnasium", task="Pendulum-v1", num_envs=-3), "env.num_envs")
+    _one_line_error({"backend": "gymnasium", "task": "Pendulum-v1", "num_envs": 0}, "env.num_envs")
+    _one_line_error({"backend": "gymnasium", "task": "Pendulum-v1", "num_envs": -3}, "env.num_envs")
     msg = _one_line_error(
         EnvConfig(backend="gymnasium", task="Pendulum-v9", num_envs=2), "env.task"
     )

@@ -27,6 +27,7 @@ SOURCE_DIRS = {
 }
 """Package → source folder, as pyproject's `package-dir` maps them."""
 
+
 def module_files() -> dict[str, Path]:
     """Dotted module name → file, for every .py of the package and of its mapped subpackages."""
     modules = {}

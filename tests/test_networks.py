@@ -175,8 +175,8 @@ def test_dense_critic_has_no_adapters() -> None:
     ],
 )
 def test_bad_critic_config_raises(over: dict, setting: str) -> None:
-    cfg = CriticConfig(**{"width": 16, "num_blocks": 1, "hidden_dims": [16], **over})
     with pytest.raises(ConfigError, match=setting.replace(".", r"\.")) as info:
+        cfg = CriticConfig(**{"width": 16, "num_blocks": 1, "hidden_dims": [16], **over})
         build_critic(cfg, OBS, ACT, ATOMS)
     assert "\n" not in str(info.value)
     if setting == "critic.family":
@@ -293,15 +293,15 @@ def test_tanh_gaussian_sample_traces_without_graph_breaks() -> None:
 @pytest.mark.parametrize(
     ("cfg", "kind", "setting"),
     [
-        (ActorConfig(family="rnn"), "td3", "actor.family"),
-        (ActorConfig(activation="tanh"), "td3", "actor.activation"),
-        (ActorConfig(), "ppo", "actor kind"),
-        (ActorConfig(family="simbav2", num_blocks=0), "sac", "actor.num_blocks"),
+        ({"family": "rnn"}, "td3", "actor.family"),
+        ({"activation": "tanh"}, "td3", "actor.activation"),
+        ({}, "ppo", "actor kind"),
+        ({"family": "simbav2", "num_blocks": 0}, "sac", "actor.num_blocks"),
     ],
 )
-def test_bad_actor_config_raises(cfg: ActorConfig, kind: str, setting: str) -> None:
+def test_bad_actor_config_raises(cfg: dict, kind: str, setting: str) -> None:
     with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
-        build_actor(cfg, OBS, ACT, kind=kind)
+        build_actor(ActorConfig(**cfg), OBS, ACT, kind=kind)
 
 
 @pytest.mark.parametrize(

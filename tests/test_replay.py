@@ -7,8 +7,11 @@ import random
 import pytest
 import torch
 
+from fast_lora_td3.algos.config import AlgoConfig
+from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import CheckpointError, ConfigError
 from fast_lora_td3.replay import ReplayBuffer
+from fast_lora_td3.validate import check_batch_divides
 
 
 class EpisodeSim:
@@ -255,26 +258,36 @@ def test_window_never_crosses_write_pointer() -> None:
 
 def test_config_and_input_errors() -> None:
     buf = ReplayBuffer(4, 8, 3, 2)
-    with pytest.raises(ConfigError, match=r"algo\.batch_size=10 .*env\.num_envs=4"):
-        buf._sample_starts(10)
     with pytest.raises(RuntimeError, match="at least 2"):
         buf.sample_nstep(8)
     with pytest.raises(ValueError, match="final_obs"):
         buf.add(
             torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(4), torch.zeros(4), torch.zeros(4)
         )
-    with pytest.raises(ConfigError, match=r"algo\.buffer_size=3 .*PER ENV"):
-        ReplayBuffer(4, 3, 3, 2, n_step=3)
-    with pytest.raises(ConfigError, match=r"algo\.gamma"):
-        ReplayBuffer(4, 8, 3, 2, gamma=1.5)
-    with pytest.raises(ConfigError, match=r"env\.num_envs=0"):
-        ReplayBuffer(0, 8, 3, 2)
+    with pytest.raises(ConfigError, match=r"final_obs_slots=9"):
+        ReplayBuffer(4, 8, 3, 2, final_obs_slots=9)
     with pytest.raises(ConfigError) as err:
         ReplayBuffer(4096, 10240, 123, 37, free_bytes=10**9, max_episode_length=1000)
     msg = str(err.value)
     needed = ReplayBuffer.estimate_bytes(4096, 10240, 123, 37, max_episode_length=1000)
     assert "\n" not in msg and "algo.buffer_size=10240" in msg and "env.num_envs=4096" in msg
     assert f"needs {needed} bytes" in msg and "only 1000000000 bytes" in msg and "PER ENV" in msg
+
+
+def test_replay_settings_are_checked_by_the_configs() -> None:
+    """The buffer's sizes, gamma and dtypes come from configs that check them once."""
+    with pytest.raises(ConfigError, match=r"algo\.batch_size=10 .*env\.num_envs=4"):
+        check_batch_divides(10, 4)
+    with pytest.raises(ConfigError, match=r"algo\.buffer_size=3 .*algo\.n_step=3"):
+        AlgoConfig(buffer_size=3, n_step=3)
+    with pytest.raises(ConfigError, match=r"algo\.gamma"):
+        AlgoConfig(gamma=1.5)
+    with pytest.raises(ConfigError, match=r"algo\.replay_obs_dtype='float16'"):
+        AlgoConfig(replay_obs_dtype="float16")
+    with pytest.raises(ConfigError, match=r"algo\.replay_action_dtype='int8'"):
+        AlgoConfig(replay_action_dtype="int8")
+    with pytest.raises(ConfigError, match=r"env\.num_envs=0"):
+        EnvConfig(num_envs=0)
 
 
 @pytest.mark.parametrize(
@@ -314,42 +327,39 @@ def test_bytes_per_transition_against_reference() -> None:
         assert ratio <= bound, (critic_dim, dtype, ratio)
 
 
-def test_state_dict_and_snapshot_resume_identically(tmp_path) -> None:
-    def make():
+def test_state_dict_resumes_identically() -> None:
+    def make(obs_dim=4):
         return ReplayBuffer(
-            3, 10, 4, 2, critic_obs_dim=3, n_step=3, obs_dtype=torch.bfloat16, final_obs_slots=2
+            3,
+            10,
+            obs_dim,
+            2,
+            critic_obs_dim=3,
+            n_step=3,
+            obs_dtype=torch.bfloat16,
+            final_obs_slots=2,
         )
 
     sim = EpisodeSim(num_envs=3, obs_dim=4, act_dim=2, critic_dim=3, seed=11)
     a = make()
     for _ in range(23):
         sim.step(a)
-    b, c = make(), make()
+    b = make()
     b.load_state_dict(a.state_dict())
-    a.save(tmp_path / "replay.bin", chunk_bytes=7)  # tiny chunks: many partial reads and writes
-    c.load(tmp_path / "replay.bin")
-    assert [p.name for p in tmp_path.iterdir()] == ["replay.bin"]  # no temp file left behind
-    calls = []  # record the next 6 steps once, then feed the same steps to all three buffers
+    assert b.num_added == a.num_added == 23
+    calls = []  # record the next 6 steps once, then feed the same steps to both buffers
     recorder = type("Recorder", (), {"add": lambda self, *args, **kw: calls.append((args, kw))})()
     for _ in range(6):
         sim.step(recorder)
-    for buf in (a, b, c):
+    for buf in (a, b):
         for args, kw in calls:
             buf.add(*args, **kw)
-    assert len(a) == len(b) == len(c) == 10
-    outs = [buf.sample_nstep(30, generator=torch.Generator().manual_seed(1)) for buf in (a, b, c)]
-    for x, y, z in zip(*outs, strict=True):
-        assert torch.equal(x, y) and torch.equal(x, z)
+    assert a.num_added == b.num_added == 29
+    outs = [buf.sample_nstep(30, generator=torch.Generator().manual_seed(1)) for buf in (a, b)]
+    for x, y in zip(*outs, strict=True):
+        assert torch.equal(x, y)
     with pytest.raises(CheckpointError, match="obs_dim"):
-        ReplayBuffer(
-            3, 10, 5, 2, critic_obs_dim=3, n_step=3, obs_dtype=torch.bfloat16, final_obs_slots=2
-        ).load(tmp_path / "replay.bin")
-    data = (tmp_path / "replay.bin").read_bytes()
-    (tmp_path / "cut.bin").write_bytes(data[:-5])
-    with pytest.raises(CheckpointError, match="truncated"):
-        make().load(tmp_path / "cut.bin")
-    with pytest.raises(CheckpointError, match="does not exist"):
-        make().load(tmp_path / "missing.bin")
+        make(obs_dim=5).load_state_dict(a.state_dict())
 
 
 @pytest.mark.slow

@@ -23,7 +23,6 @@ from fast_lora_td3.algos.common import (
     param_groups,
 )
 from fast_lora_td3.algos.config import AlgoConfig
-from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 from fast_lora_td3.nn.critic import build_critic
 from fast_lora_td3.nn.distributional import C51Support, expected_value
@@ -48,10 +47,6 @@ class OffPolicyLearner(ABC):
         total_iterations: int = 0,
         amp: str = "none",
     ) -> None:
-        if algo.v_min >= algo.v_max:
-            raise ConfigError(f"algo.v_min ({algo.v_min}) must be < algo.v_max ({algo.v_max})")
-        if amp not in ("none", "bf16"):
-            raise ConfigError(f"amp={amp!r} is not valid: use amp=none or amp=bf16")
         self.algo = algo
         self.device = torch.device(device)
         self.obs_dim, self.critic_obs_dim, self.action_dim = obs_dim, critic_obs_dim, action_dim

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fast_lora_td3.errors import ConfigError
+
+ALGO_NAMES = ("fasttd3", "fastsac", "ppo")
+"""Valid values of `AlgoConfig.name` (the off-policy learners of `algos.LEARNERS`, and rsl_rl PPO)."""
+REPLAY_OBS_DTYPES = ("float32", "bfloat16")
+"""Valid replay storage dtypes of observations."""
+REPLAY_ACTION_DTYPES = ("float32", "bfloat16", "float16")
+"""Valid replay storage dtypes of actions."""
+
+
+def check_choice(key: str, value: object, valid: tuple[str, ...]) -> None:
+    """ConfigError naming `key` and the valid values when `value` is not one of them."""
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid: use one of {', '.join(valid)}")
+
 
 @dataclass
 class AlgoConfig:
-    """Off-policy algorithm settings. Defaults follow the FastTD3 Isaac Lab humanoid recipe (SPEC §2.1);
-    `configs/algo/fastsac.yaml` overrides them with the FastSAC recipe (SPEC §2.2)."""
+    """Off-policy algorithm settings. Defaults follow the FastTD3 Isaac Lab humanoid recipe;
+    `configs/algo/fastsac.yaml` overrides them with the FastSAC recipe."""
 
     name: str = "fasttd3"
     """`fasttd3`, `fastsac` or `ppo` (the rsl_rl baseline)."""
@@ -82,3 +97,33 @@ class AlgoConfig:
     """Normalise observations with running statistics of rollout observations."""
     normalizer_until: int | None = None
     """Freeze the normalisers after this many observed samples (None: never)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError on the first invalid setting (also run on the final config by
+        `validate`, since the CPU defaults may change fields after construction)."""
+        check_choice("algo", self.name, ALGO_NAMES)
+        check_choice("algo.actor_q_reduce", self.actor_q_reduce, ("min", "mean"))
+        if self.name == "ppo":  # PPO reads none of the replay / C51 settings below
+            return
+        check_choice("algo.replay_obs_dtype", self.replay_obs_dtype, REPLAY_OBS_DTYPES)
+        check_choice("algo.replay_action_dtype", self.replay_action_dtype, REPLAY_ACTION_DTYPES)
+        if self.v_min >= self.v_max:
+            raise ConfigError(f"algo.v_min ({self.v_min}) must be < algo.v_max ({self.v_max})")
+        if self.num_atoms < 2:
+            raise ConfigError(f"algo.num_atoms must be >= 2 (got {self.num_atoms})")
+        if self.buffer_size <= self.n_step:
+            raise ConfigError(
+                f"algo.buffer_size={self.buffer_size} (capacity per env) must exceed "
+                f"algo.n_step={self.n_step}"
+            )
+        if self.n_step < 1 or self.num_updates < 1 or self.policy_frequency < 1:
+            raise ConfigError(
+                "algo.n_step, algo.num_updates and algo.policy_frequency must be >= 1"
+            )
+        if not 0.0 < self.gamma <= 1.0:
+            raise ConfigError(f"algo.gamma must be in (0, 1] (got {self.gamma})")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"algo.tau must be in (0, 1] (got {self.tau})")

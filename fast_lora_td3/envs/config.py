@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fast_lora_td3.envs.backends import BACKEND_TABLE
+from fast_lora_td3.errors import ConfigError
+
 
 @dataclass
 class EnvConfig:
@@ -38,3 +41,24 @@ class EnvConfig:
     action_clip: float = 1.0
     """Actions are clamped to [-action_clip, action_clip] before the simulator applies its own
     action scale (mjlab / Isaac Lab). gymnasium maps [-1, 1] affinely onto the Box bounds."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Every check that needs no simulator: backend, num_envs, action_clip, episode length and
+        render mode (the device and the backend's package are checked when the env is made)."""
+        if self.backend not in BACKEND_TABLE:
+            raise ConfigError(
+                f"env.backend={self.backend!r} is not valid; use one of {list(BACKEND_TABLE)}"
+            )
+        if not isinstance(self.num_envs, int) or self.num_envs <= 0:
+            raise ConfigError(f"env.num_envs={self.num_envs!r} must be a positive integer")
+        if not self.action_clip > 0:
+            raise ConfigError(f"env.action_clip={self.action_clip!r} must be > 0")
+        if self.episode_length_s is not None and not self.episode_length_s > 0:
+            raise ConfigError(f"env.episode_length_s={self.episode_length_s!r} must be > 0 or null")
+        if self.render_mode not in (None, "rgb_array"):
+            raise ConfigError(
+                f"env.render_mode={self.render_mode!r} is not valid; use null or 'rgb_array'"
+            )

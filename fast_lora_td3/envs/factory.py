@@ -60,18 +60,7 @@ def validate_env_config(cfg: EnvConfig, check_runtime: bool = True) -> None:
     """Every check that needs no simulator: backend, num_envs, action_clip, episode length, render
     mode, and with `check_runtime` the device and the backend's package (skipped by dry runs that
     validate GPU / Isaac Lab command lines on other machines)."""
-    if cfg.backend not in BACKEND_TABLE:
-        raise ConfigError(f"env.backend={cfg.backend!r} is not valid; use one of {backend_names()}")
-    if not isinstance(cfg.num_envs, int) or cfg.num_envs <= 0:
-        raise ConfigError(f"env.num_envs={cfg.num_envs!r} must be a positive integer")
-    if not cfg.action_clip > 0:
-        raise ConfigError(f"env.action_clip={cfg.action_clip!r} must be > 0")
-    if cfg.episode_length_s is not None and not cfg.episode_length_s > 0:
-        raise ConfigError(f"env.episode_length_s={cfg.episode_length_s!r} must be > 0 or null")
-    if cfg.render_mode not in (None, "rgb_array"):
-        raise ConfigError(
-            f"env.render_mode={cfg.render_mode!r} is not valid; use null or 'rgb_array'"
-        )
+    cfg.check()
     if check_runtime:
         check_device(cfg.device)
         check_backend_installed(cfg.backend)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.nn.config import ActorConfig
+from fast_lora_td3.nn.config import ACTOR_FAMILIES, ActorConfig
 from fast_lora_td3.nn.layers import EnsembleLayerNorm, EnsembleLinear
 from fast_lora_td3.nn.simbav2 import SimbaV2Encoder, SimbaV2Head
 
@@ -31,7 +31,6 @@ __all__ = [
     "build_actor",
 ]
 
-ACTOR_FAMILIES = ("mlp", "simbav2")
 ACTOR_KINDS = ("td3", "sac")
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 0.0
@@ -39,31 +38,9 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
-def validate_actor_config(cfg: ActorConfig) -> None:
-    """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
-    if cfg.family not in ACTOR_FAMILIES:
-        raise ConfigError(f"actor.family={cfg.family!r} is invalid; choose one of {ACTOR_FAMILIES}")
-    if cfg.family == "mlp":
-        if cfg.activation not in ("relu", "silu_layernorm"):
-            raise ConfigError(
-                f"actor.activation={cfg.activation!r} is invalid; choose 'relu' or 'silu_layernorm'"
-            )
-        if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
-            raise ConfigError(
-                f"actor.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
-            )
-    else:
-        if cfg.width < 1:
-            raise ConfigError(f"actor.width={cfg.width} must be a positive integer")
-        if cfg.num_blocks < 1:
-            raise ConfigError(f"actor.num_blocks={cfg.num_blocks} must be a positive integer")
-    if cfg.last_layer_std < 0:
-        raise ConfigError(f"actor.last_layer_std={cfg.last_layer_std} must be >= 0")
-
-
 def build_trunk(obs_dim: int, cfg: ActorConfig) -> tuple[nn.Module, int]:
     """The actor's feature extractor and its output width (the heads come on top)."""
-    validate_actor_config(cfg)
+    cfg.check()
     if cfg.family == "simbav2":
         return SimbaV2Encoder(obs_dim, cfg.width, cfg.num_blocks, cfg.c_shift), cfg.width
     layers: list[nn.Module] = []
@@ -173,6 +150,6 @@ def build_actor(
         )
     if obs_dim < 1 or action_dim < 1:
         raise ConfigError(f"actor dims must be positive (obs {obs_dim}, action {action_dim})")
-    validate_actor_config(cfg)
+    cfg.check()
     cls = DeterministicActor if kind == "td3" else TanhGaussianActor
     return cls(obs_dim, action_dim, cfg)

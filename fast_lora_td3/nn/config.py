@@ -4,10 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fast_lora_td3.errors import ConfigError
+
+ACTOR_FAMILIES = ("mlp", "simbav2")
+"""Valid values of `ActorConfig.family`."""
+MLP_ACTIVATIONS = ("relu", "silu_layernorm")
+"""Valid values of `activation` (critic and actor MLPs)."""
+LORA_INITS = ("paper", "zero_b")
+"""Valid values of `CriticConfig.lora_init`."""
+WEIGHT_NORMS = ("none", "project", "forward")
+"""Valid values of `CriticConfig.weight_norm`."""
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{name}={value} must be a positive integer")
+
+
+def _check_widths(name: str, dims: list[int]) -> None:
+    if not dims or any(d < 1 for d in dims):
+        raise ConfigError(f"{name}={list(dims)} must be a non-empty list of positive ints")
+
 
 @dataclass
 class CriticConfig:
-    """Twin distributional critic. `family` selects the architecture (SPEC §2.1, §2.3, §2.4)."""
+    """Twin distributional critic. `family` selects the architecture."""
 
     family: str = "mlp"
     """A key of `nn.critic.CRITIC_FAMILIES` (a plain str, not a Literal, so `register_critic_family`
@@ -41,6 +62,32 @@ class CriticConfig:
     num_members: int = 2
     """Number of Q-networks evaluated as one batched computation (2 = twin critics)."""
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The checks of single fields; the family's own rules (its name, which layers a LoRA
+        family adapts, LoRA-WN compatibility) live in its row of `nn.critic.CRITIC_FAMILIES`."""
+        _check_positive("critic.num_members", self.num_members)
+        if self.activation not in MLP_ACTIVATIONS:
+            raise ConfigError(
+                f"critic.activation={self.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
+            )
+        _check_widths("critic.hidden_dims", self.hidden_dims)
+        _check_positive("critic.width", self.width)
+        _check_positive("critic.num_blocks", self.num_blocks)
+        if self.lora_init not in LORA_INITS:
+            raise ConfigError(
+                f"critic.lora_init={self.lora_init!r} is invalid; choose one of {LORA_INITS}"
+            )
+        if self.weight_norm not in WEIGHT_NORMS:
+            raise ConfigError(
+                f"critic.weight_norm={self.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
+            )
+        _check_positive("critic.rank", self.rank)
+        if self.kernel_init_scale <= 0:
+            raise ConfigError(f"critic.kernel_init_scale={self.kernel_init_scale} must be > 0")
+
 
 @dataclass
 class ActorConfig:
@@ -61,3 +108,24 @@ class ActorConfig:
     last_layer_std: float = 0.01
     """TD3, MLP family: std of the normal init of the last layer (MLP SAC heads are zero-initialised;
     SimbaV2 heads have unit-norm rows and a zero bias)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
+        if self.family not in ACTOR_FAMILIES:
+            raise ConfigError(
+                f"actor.family={self.family!r} is invalid; choose one of {ACTOR_FAMILIES}"
+            )
+        if self.family == "mlp":
+            if self.activation not in MLP_ACTIVATIONS:
+                raise ConfigError(
+                    f"actor.activation={self.activation!r} is invalid; choose 'relu' or 'silu_layernorm'"
+                )
+            _check_widths("actor.hidden_dims", self.hidden_dims)
+        else:
+            _check_positive("actor.width", self.width)
+            _check_positive("actor.num_blocks", self.num_blocks)
+        if self.last_layer_std < 0:
+            raise ConfigError(f"actor.last_layer_std={self.last_layer_std} must be >= 0")

@@ -21,8 +21,6 @@ from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import CriticConfig
 from fast_lora_td3.nn.layers import EnsembleLayerNorm, EnsembleLinear
 from fast_lora_td3.nn.lora import (
-    LORA_INITS,
-    WEIGHT_NORMS,
     LoRALinear,
     adapter_parameters,
     check_lora_wn,
@@ -70,7 +68,7 @@ def register_critic_family(
 ) -> None:
     """Make `critic.family=<name>` build `build(cfg, in_dim, num_atoms)` (see `CriticNetBuilder`).
 
-    `validate` runs after the checks every family shares (family name, num_members); give
+    `validate` runs after CriticConfig's field checks and the family-name check; give
     `adapted_widths` for a LoRA family so the run-level rank check covers it.
     """
     if name in CRITIC_FAMILIES:
@@ -78,7 +76,6 @@ def register_critic_family(
     CRITIC_FAMILIES[name] = CriticFamily(build, validate or (lambda cfg: None), adapted_widths)
 
 
-MLP_ACTIVATIONS = ("relu", "silu_layernorm")
 # mlp_lora also accepts `blocks` (the config default) as an alias of `hidden`: an MLP's hidden
 # linears play the role of SimbaV2's residual-block linears.
 _LORA_LAYER_SETS = {
@@ -87,52 +84,20 @@ _LORA_LAYER_SETS = {
 }
 
 
-def _check_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name}={value} must be a positive integer")
-
-
 def validate_critic_config(cfg: CriticConfig) -> None:
-    """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
+    """The family's rules (CriticConfig.check covers single fields): raise ConfigError (one line
+    naming the setting and the valid values) on a config the family cannot build."""
     family = CRITIC_FAMILIES.get(cfg.family)
     if family is None:
         raise ConfigError(
             f"critic.family={cfg.family!r} is invalid; choose one of {', '.join(CRITIC_FAMILIES)}"
         )
-    _check_positive("critic.num_members", cfg.num_members)
     family.validate(cfg)
 
 
-def _validate_mlp(cfg: CriticConfig) -> None:
-    if cfg.activation not in MLP_ACTIVATIONS:
-        raise ConfigError(
-            f"critic.activation={cfg.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
-        )
-    if not cfg.hidden_dims or any(d < 1 for d in cfg.hidden_dims):
-        raise ConfigError(
-            f"critic.hidden_dims={list(cfg.hidden_dims)} must be a non-empty list of positive ints"
-        )
-
-
-def _validate_simbav2(cfg: CriticConfig) -> None:
-    _check_positive("critic.width", cfg.width)
-    _check_positive("critic.num_blocks", cfg.num_blocks)
-
-
 def _validate_lora(cfg: CriticConfig) -> None:
-    """The adapter settings shared by the `*_lora` families, and `lora_layers` for this family."""
+    """The rules of the `*_lora` families: which layers they adapt, LoRA-WN compatibility."""
     valid_sets = _LORA_LAYER_SETS[cfg.family]
-    if cfg.lora_init not in LORA_INITS:
-        raise ConfigError(
-            f"critic.lora_init={cfg.lora_init!r} is invalid; choose one of {LORA_INITS}"
-        )
-    if cfg.weight_norm not in WEIGHT_NORMS:
-        raise ConfigError(
-            f"critic.weight_norm={cfg.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
-        )
-    _check_positive("critic.rank", cfg.rank)
-    if cfg.kernel_init_scale <= 0:
-        raise ConfigError(f"critic.kernel_init_scale={cfg.kernel_init_scale} must be > 0")
     if cfg.family == "simbav2_lora":  # mlp_lora always runs weight_norm="none"
         check_lora_wn(cfg.lora_init, cfg.kernel_init_scale, cfg.weight_norm)
     layers = list(cfg.lora_layers)
@@ -142,16 +107,6 @@ def _validate_lora(cfg: CriticConfig) -> None:
             f"critic.lora_layers={layers} is invalid for critic.family={cfg.family}; "
             f"give a non-empty list drawn from {list(valid_sets)}"
         )
-
-
-def _validate_mlp_lora(cfg: CriticConfig) -> None:
-    _validate_mlp(cfg)
-    _validate_lora(cfg)
-
-
-def _validate_simbav2_lora(cfg: CriticConfig) -> None:
-    _validate_simbav2(cfg)
-    _validate_lora(cfg)
 
 
 def _lora_kwargs(cfg: CriticConfig, weight_norm: str) -> dict[str, Any]:
@@ -226,13 +181,11 @@ def _build_simbav2(cfg: CriticConfig, in_dim: int, num_atoms: int) -> nn.Module:
     )
 
 
-register_critic_family("mlp", _build_mlp, _validate_mlp)
-register_critic_family("simbav2", _build_simbav2, _validate_simbav2)
+register_critic_family("mlp", _build_mlp)
+register_critic_family("simbav2", _build_simbav2)
+register_critic_family("simbav2_lora", _build_simbav2, _validate_lora, lambda cfg: [cfg.width])
 register_critic_family(
-    "simbav2_lora", _build_simbav2, _validate_simbav2_lora, lambda cfg: [cfg.width]
-)
-register_critic_family(
-    "mlp_lora", _build_mlp_lora, _validate_mlp_lora, lambda cfg: list(cfg.hidden_dims)
+    "mlp_lora", _build_mlp_lora, _validate_lora, lambda cfg: list(cfg.hidden_dims)
 )
 
 
@@ -242,7 +195,7 @@ class TwinCritic(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, num_atoms: int, cfg: CriticConfig) -> None:
         super().__init__()
-        validate_critic_config(cfg)
+        cfg.check()
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.num_atoms = num_atoms
@@ -260,7 +213,7 @@ class TwinCritic(nn.Module):
 
 def build_critic(cfg: CriticConfig, obs_dim: int, action_dim: int, num_atoms: int) -> TwinCritic:
     """Validate `cfg` and build the twin critic for its family (ConfigError lists valid values)."""
-    validate_critic_config(cfg)
+    cfg.check()
     if obs_dim < 1 or action_dim < 1:
         raise ConfigError(
             f"critic input dims must be positive (obs {obs_dim}, action {action_dim})"

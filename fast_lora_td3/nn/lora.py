@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.nn.config import LORA_INITS, WEIGHT_NORMS
 from fast_lora_td3.nn.layers import _bias_shape, _weight_shape, ensemble_linear, l2_normalize
 from fast_lora_td3.nn.lora_autograd import lora_linear, none_flagged
 
@@ -26,8 +27,6 @@ __all__ = [
     "merge_lora_",
 ]
 
-LORA_INITS = ("paper", "zero_b")
-WEIGHT_NORMS = ("none", "project", "forward")
 # Below this squared norm a ΔW row counts as zero: no root can move the row, the forward normalises it.
 _MIN_DELTA_SQ = 1e-12
 # A base row with |‖w0‖² − 1| below this lies on the unit sphere (up to float32 rounding of the sum):
