@@ -1,6 +1,6 @@
 """CPU-sized defaults: batch, network widths, updates per step (and mjlab env count) on a CPU.
 
-The built-in defaults are the GPU recipe (SPEC §2.1: batch 32768, critic 1024-512-256, 4 updates per
+The built-in defaults are FastTD3's GPU recipe (batch 32768, critic 1024-512-256, 4 updates per
 step, 4096 mjlab envs). On a CPU one such update costs seconds, so a run that sets only the task
 trains for minutes without writing a metrics line (issue 9). When `device` resolves to `cpu` and
 `cpu_defaults=true` (the default), every one of the keys below that the user did not set is sized

@@ -1,4 +1,4 @@
-"""Data-parallel training over `torch.distributed` (SPEC §9), launched by torchrun or Slurm srun.
+"""Data-parallel training over `torch.distributed`, launched by torchrun or Slurm srun.
 
 Each rank owns its envs and replay buffer; the gradients of one update are all-reduced as ONE
 flattened bucket; normaliser statistics are all-reduced; rank 0 logs, checkpoints and exports.

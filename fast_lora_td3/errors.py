@@ -1,4 +1,4 @@
-"""User-facing errors: one clear line naming the setting and what would be valid (SPEC §11)."""
+"""User-facing errors: one clear line naming the setting and what would be valid."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class CheckpointError(ConfigError):
 
 
 class NonFiniteError(RuntimeError):
-    """A NaN/Inf was found in a named tensor at a given step (SPEC §11)."""
+    """A NaN/Inf was found in a named tensor at a given step (raised under `nan_action=stop`)."""
 
     def __init__(self, name: str, step: int) -> None:
         super().__init__(f"non-finite values in '{name}' at env step {step}")

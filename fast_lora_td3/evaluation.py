@@ -39,7 +39,7 @@ def evaluate(
 
 class SliceEvaluation:
     """Evaluation on a slice of the training envs, for simulators that allow one env per process
-    (Isaac Lab: a second ``ManagerBasedRLEnv`` raises, SPEC §4.2).
+    (Isaac Lab: a second ``ManagerBasedRLEnv`` in the same process raises).
 
     The first ``num_eval`` envs act deterministically all the time; their episodes are counted here
     and kept out of the training statistics (the collector's tracker covers the other envs). Their

@@ -1,4 +1,4 @@
-"""Task definitions shipped as ``fast_lora_td3.tasks`` (SPEC §4.4).
+"""Task definitions shipped as ``fast_lora_td3.tasks``.
 
 Importing this package registers the mjlab tasks ``FastLoRA-Velocity-Flat-G1`` and
 ``FastLoRA-Velocity-Rough-G1`` in mjlab's registry. The Isaac Lab variant lives in

@@ -1,4 +1,4 @@
-"""Reward and observation terms of the off-policy G1 locomotion task (SPEC §4.4).
+"""Reward and observation terms of the off-policy G1 locomotion task (FastSAC's recipe).
 
 Each term is a pure tensor function (``*_from``), unit-tested on hand-made states, plus a thin
 mjlab wrapper with the ``(env, **params)`` signature that mjlab's managers call. Signs: the
@@ -30,7 +30,7 @@ REWARD_WEIGHTS = {
     "feet_too_close": -10.0,
     "foot_orientation": -5.0,
 }
-"""SPEC §4.4 weights; every term is ≥ 0, so the sign of the weight is the sign of the reward."""
+"""FastSAC humanoid recipe weights; every term is ≥ 0, so the weight's sign is the reward's sign."""
 
 GAIT_PERIOD_S = 0.8
 """Gait cycle length; the left foot swings in the first half, the right foot in the second."""

@@ -1,4 +1,4 @@
-"""Off-policy G1 velocity task for mjlab (SPEC §4.4), built from mjlab's stock G1 velocity config.
+"""Off-policy G1 velocity task for mjlab, built from mjlab's stock G1 velocity config.
 
 Changes from ``Mjlab-Velocity-{Flat,Rough}-Unitree-G1`` (PPO-tuned):
 * observations: actor = base ang vel, projected gravity, command, joint pos − default, joint vel,

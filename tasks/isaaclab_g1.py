@@ -1,4 +1,4 @@
-"""The off-policy G1 velocity task (SPEC §4.4) as Isaac Lab 2.3 config classes. NOT run here (no GPU).
+"""The off-policy G1 velocity task as Isaac Lab 2.3 config classes. NOT run here (no GPU).
 
 Import-safe: nothing from Isaac Lab is imported at module import. The config classes
 ``G1FlatOffPolicyEnvCfg`` / ``G1RoughOffPolicyEnvCfg`` are built on first attribute access

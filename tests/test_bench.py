@@ -1,4 +1,4 @@
-"""`fast-lora-td3 bench` (SPEC §12, §13) and scripts/device_check.py on CPU at tiny sizes."""
+"""`fast-lora-td3 bench` (stable JSON keys) and scripts/device_check.py on CPU at tiny sizes."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def _gemm(batch: int, dims: list[int]) -> int:
 def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
     """Critic update: actor fwd + E·(target fwd + online fwd + online bwd without the input grad of
     the first layer). Actor update: actor fwd/bwd (no input grad at layer 1) + E·critic fwd + E·
-    input-grad-only critic bwd: no critic weight gradients (SPEC §5)."""
+    input-grad-only critic bwd: no critic weight gradients (the actor step needs none)."""
     learner = make("fasttd3", "mlp")
     b, e = 64, 2
     critic = [OBS + ACT, 64, 64, 51]  # test_algos.small_critic / 51 atoms

@@ -1,4 +1,4 @@
-"""Slurm scripts and Docker files (SPEC §10): syntax, the CLI lines they run parse with the real CLI
+"""Slurm scripts and Docker files: syntax, the CLI lines they run parse with the real CLI
 (`dry_run=true`), every copied path exists, and the requeue wrapper forwards the preemption signal
 and requeues so that the next run resumes."""
 

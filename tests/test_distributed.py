@@ -1,4 +1,4 @@
-"""Data-parallel training on CPU with gloo (SPEC §9): replicas stay identical, an update equals the
+"""Data-parallel training on CPU with gloo: replicas stay identical, an update equals the
 single-process update on the union of the ranks' batches, only rank 0 writes, a dead rank ends the
 job with a clear error."""
 

@@ -49,7 +49,7 @@ def test_rewards_correspond(mjlab_cfg) -> None:
     for name, call in isaac.items():
         assert _func(call) == g1.REWARD_TERMS[name]
         weight = next(k.value for k in call.keywords if k.arg == "weight")
-        assert ast.unparse(weight) == f"w[{name!r}]"  # the shared SPEC weight of the same term
+        assert ast.unparse(weight) == f"w[{name!r}]"  # the shared REWARD_WEIGHTS entry
         assert mjlab_cfg.rewards[name].weight == r.REWARD_WEIGHTS[name]
 
 

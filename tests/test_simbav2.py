@@ -1,4 +1,4 @@
-"""SimbaV2 blocks (SPEC §2.3): Scaler init, HyperDense projection, formulas, extreme inputs."""
+"""SimbaV2 blocks: Scaler init, HyperDense projection, formulas, extreme inputs."""
 
 from __future__ import annotations
 

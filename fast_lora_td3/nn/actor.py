@@ -1,8 +1,8 @@
-"""Actors: deterministic tanh (FastTD3, SPEC §2.1) and tanh-Gaussian (FastSAC, SPEC §2.2).
+"""Actors: deterministic tanh (FastTD3) and tanh-Gaussian (FastSAC).
 
 Both use an MLP trunk (512-256-128, ReLU or Linear → LayerNorm → SiLU) with linear heads, or a
 SimbaV2 encoder with SimbaV2 heads (HyperDense(h → h) → Scaler(h, 1, 1) → unit-row HyperDense +
-zero bias, SPEC §2.3; SAC has separate mean and log-std heads, as the official
+zero bias, like the official SimbaV2 heads; SAC has separate mean and log-std heads, as the official
 HyperNormalTanhPolicy). Actors have no ensemble axis.
 Actions are in [-1, 1]; scaling to joint limits is the environment's business.
 """
@@ -92,7 +92,7 @@ class DeterministicActor(nn.Module):
 
 class TanhGaussianActor(nn.Module):
     """SAC actor: `a = tanh(μ + σ ε)`, `log σ = −5 + 2.5·(tanh(h) + 1) ∈ [−5, 0]`; separate mean
-    and log-std heads, zero-initialised for the MLP (SPEC §2.2), SimbaV2 heads (unit rows, zero
+    and log-std heads, zero-initialised for the MLP (FastSAC), SimbaV2 heads (unit rows, zero
     bias) for the SimbaV2 family."""
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: ActorConfig) -> None:

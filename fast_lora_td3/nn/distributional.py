@@ -1,4 +1,4 @@
-"""C51 distributional support and the categorical projection (SPEC §2.1).
+"""C51 distributional support and the categorical projection (Bellemare et al. 2017).
 
 The projection is exact for targets that land on an atom (all mass goes to that atom), vectorised
 (two `scatter_add_` calls, no Python loop over samples or atoms), free of host synchronisation and

@@ -166,8 +166,8 @@ def project_weights_(module: nn.Module) -> None:
     """Call `project_()` of every submodule (the module itself included) under `torch.no_grad()`.
 
     The learner calls this after each `optimizer.step()`: HyperDense rows go back to the unit sphere
-    and LoRA-WN rescales the adapters (SPEC §2.3, §2.4). Each `project_()` touches only its own
-    module's tensors, so every tensor is projected exactly once.
+    and LoRA-WN rescales the adapters (SimbaV2 needs unit-norm rows). Each `project_()` touches only
+    its own module's tensors, so every tensor is projected exactly once.
     """
     with torch.no_grad():
         for sub in module.modules():

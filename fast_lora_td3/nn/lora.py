@@ -1,7 +1,9 @@
-"""LoRA linear layers with a frozen random base and LoRA-WN (SPEC §2.4, §13).
+"""LoRA linear layers with a frozen random base and LoRA-WN (LoRA critics, arXiv 2604.18978).
 
 `y = x W0ᵀ (+ b) + (α/r)·(x A) B` is computed as one GEMM with the merged weight
 `W_eff = W0 + (α/r)·(A B)ᵀ`; the merge is an `r·in·out` GEMM, small against the batch GEMM.
+`LoRALinear`, `effective_weight()`, `base_weight`, `lora_A` and `lora_B` are stable names that
+scripts rely on.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ class LoRALinear(nn.Module):
     def merge_into_base_(self, weight: Tensor | None = None) -> None:
         """Turn the layer into a dense layer holding `weight` (default: its own effective weight):
         `base_weight ← weight`, `lora_B ← 0`, no fallback rows, and `effective_weight()` then
-        returns `base_weight` unnormalised. Used for target critics (SPEC §2.4: the target keeps the
+        returns `base_weight` unnormalised. Used for target critics (the target keeps the
         merged effective weight; Polyak then mixes effective weights, like a dense target)."""
         new = self.effective_weight() if weight is None else weight
         self.base_weight.copy_(new)
@@ -246,7 +248,7 @@ class LoRALinear(nn.Module):
         self.merged = True
 
     def lora_parameters(self) -> list[nn.Parameter]:
-        """The trainable adapters `[lora_A, lora_B]` (their own optimiser group, SPEC §2.4)."""
+        """The trainable adapters `[lora_A, lora_B]` (own optimiser group, own weight decay)."""
         return [self.lora_A, self.lora_B]
 
     def extra_repr(self) -> str:

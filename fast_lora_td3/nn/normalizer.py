@@ -1,4 +1,4 @@
-"""Running observation normaliser (SPEC §2.5): `y = (x − μ)/(σ + eps)` with parallel-merged moments."""
+"""Running observation normaliser: `y = (x − μ)/(σ + eps)` with parallel-merged moments."""
 
 # No `from __future__ import annotations`: TorchScript must see real annotation objects (export).
 import torch
@@ -11,14 +11,14 @@ __all__ = ["EmpiricalNormalizer"]
 class EmpiricalNormalizer(nn.Module):
     """Per-feature running mean / population variance, merged batch by batch (Chan et al.).
 
-    * `forward(x)` only normalises: `(x − mean)/(sqrt(var) + eps)` (eps = 1e-2 as in SPEC §2.5, added
+    * `forward(x)` only normalises: `(x − mean)/(sqrt(var) + eps)` (eps = 1e-2 as in FastTD3, added
       to σ, not inside the square root). It never updates, so it exports cleanly (ONNX/TorchScript).
     * `update(x)` merges the batch statistics of `x` (`[..., *shape]`, leading axes flattened) when the
       module is in training mode, not frozen, and fewer than `until` samples have been seen. The gate
       is computed on device with `torch.where` (no host sync). A batch that crosses `until` is merged
       in full; later batches are ignored. Feed it rollout observations only, never replay samples.
     * `distributed=True` all-reduces each batch's moments over the default (or given) process group
-      before merging, so every rank holds identical global statistics (SPEC §9).
+      before merging, so every rank holds identical global statistics.
 
     Buffers: `mean`, `var` (fp32, `shape`), `count` (fp64 0-d, samples merged), `frozen` (bool 0-d).
     Before any update, mean = 0 and var = 1. Variance is the population variance (ddof = 0).

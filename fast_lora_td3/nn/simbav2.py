@@ -1,4 +1,4 @@
-"""SimbaV2 building blocks, exactly as SPEC §2.3 (hyperspherical normalisation, LERP residuals).
+"""SimbaV2 building blocks (Lee et al. 2025): hyperspherical normalisation, LERP residuals.
 
 Two bugs of the reference PyTorch port are avoided on purpose: `Scaler` stores its parameter at
 `scale` (not `init·scale`), so its effective initial value is `init`; and every `HyperDense` has its
@@ -58,7 +58,7 @@ class Scaler(nn.Module):
 
 
 class HyperDense(nn.Module):
-    """Bias-free linear whose weight rows live on the unit sphere (SPEC §2.3).
+    """Bias-free linear whose weight rows live on the unit sphere (SimbaV2's weight projection).
 
     Dense: an `EnsembleLinear(bias=False)` initialised orthogonally (per member) and row-normalised
     at init and in `project_()`. LoRA-backed (`lora` = LoRALinear keyword arguments, e.g. `rank`,
@@ -141,7 +141,7 @@ class SimbaV2Embedder(nn.Module):
 
 
 class LerpBlock(nn.Module):
-    """`m = l2(W2 (ReLU(s ⊙ W1 x) + 1e-8))`, `x ← l2(x + α ⊙ (m − x))` (SPEC §2.3).
+    """`m = l2(W2 (ReLU(s ⊙ W1 x) + 1e-8))`, `x ← l2(x + α ⊙ (m − x))` (SimbaV2's LERP block).
 
     W1: h → 4h, s = Scaler(4h, init = scale = √(2/h)/2), W2: 4h → h,
     α = Scaler(h, init 1/(L+1), scale 1/√h) with L the number of blocks.
@@ -208,7 +208,7 @@ class SimbaV2Encoder(nn.Module):
 class SimbaV2Head(nn.Module):
     """HyperDense(h → h) → Scaler(h, init 1, scale 1) → HyperDense(h → out) + zero-initialised bias.
 
-    The structure of the official SimbaV2 value and policy heads (SPEC §2.3): the output rows are
+    The structure of the official SimbaV2 value and policy heads: the output rows are
     unit norm (projected at init and after every step like every HyperDense), so the logit scale
     is set by the head's Scaler, not by the output weights. `lora` (LoRALinear keyword arguments,
     `critic.lora_layers` `head`) adapts the hidden HyperDense only; the output layer stays dense.
