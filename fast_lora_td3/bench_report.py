@@ -21,7 +21,8 @@ def _fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The Markdown tables: per task, every method's returns, speed and §4 metrics."""
+    """The Markdown tables: per task, every method's returns, speed, critic loss, weight change
+    and adapter norms."""
     lines = [f"# bench learn: `{results['suite']}` suite", ""]
     if results.get("note"):
         lines += [results["note"], ""]

@@ -1,4 +1,5 @@
-"""How far training moved a network's weight matrices from their initial values (issue 9 §4).
+"""How far training moved a network's weight matrices from their initial values (reported by
+the LoRA-vs-dense comparison).
 
 For a LoRA layer the weight the layer computes with is `effective_weight()` (frozen base + ΔW,
 row-normalised per its weight_norm), so the change is measured on that, not on the adapters: it

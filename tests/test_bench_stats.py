@@ -1,4 +1,4 @@
-"""`bench learn` aggregation against hand-computed values (issue 9 §3)."""
+"""`bench learn` aggregation against hand-computed values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CPU-sized defaults (issue 9 §1), time-based logging, and the weight-change-from-init metric."""
+"""CPU-sized defaults, time-based logging, and the weight-change-from-init metric."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _first_episode_row(tmp_path: Path, args: list[str], budget_s: float = 240.0)
 def test_default_config_on_cpu_logs_a_training_episode_return_early(
     tmp_path: Path, args: list[str]
 ) -> None:
-    """Issue 9 §1: a first-time user's run shows a return in the first half minute of training
+    """A first-time user's run shows a return in the first half minute of training
     (the bound is loose: the CI machine is shared)."""
     row = _first_episode_row(tmp_path, args)
     assert row["wall_time_s"] < 60.0
