@@ -13,7 +13,7 @@ import yaml
 from fast_lora_td3.algos import LEARNERS
 from fast_lora_td3.algos.config import ALGO_NAMES, AlgoConfig
 from fast_lora_td3.checkpoint_state import RESUME_MUTABLE_KEYS, _ignored, flatten_config
-from fast_lora_td3.cli import compose_config
+from fast_lora_td3.compose import compose_config
 from fast_lora_td3.config import TrainConfig
 from fast_lora_td3.cpu_defaults import SIZED_KEYS
 from fast_lora_td3.envs.config import EnvConfig
