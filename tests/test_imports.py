@@ -183,3 +183,34 @@ def test_every_public_name_resolves_to_its_defining_module() -> None:
         assert getattr(fast_lora_td3, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no_such_name"):
         fast_lora_td3.no_such_name  # noqa: B018
+
+
+def imports_between_test_modules(tests_dir: Path) -> list[str]:
+    """`<file> imports <module>` for every import of a `test_*` module by a `test_*.py` file."""
+    test_modules = {p.stem for p in tests_dir.glob("test_*.py")}
+    found = []
+    for path in sorted(tests_dir.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # `from .test_x import`, `from . import test_x`
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+            else:
+                continue
+            found += [f"{path.name} imports {n}" for n in names if n.split(".")[0] in test_modules]
+    return found
+
+
+def test_finder_reports_a_test_importing_another(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("def f():\n    from test_b import x\n")
+    (tmp_path / "test_b.py").write_text("from . import test_a\nimport helpers\n")
+    found = imports_between_test_modules(tmp_path)
+    assert found == ["test_a.py imports test_b", "test_b.py imports test_a"]
+
+
+def test_tests_share_helpers_not_test_modules() -> None:
+    """A test module imports no other test module (that ties the files together and runs the
+    imported module's code twice): shared helpers live in conftest.py or a `*_helpers.py`."""
+    assert len(list((REPO / "tests").glob("test_*.py"))) > 20, "the test modules were not found"
+    found = imports_between_test_modules(REPO / "tests")
+    assert not found, "\n".join(found)
