@@ -72,7 +72,7 @@ def module_tensors(modules: Mapping[str, nn.Module | Tensor]) -> dict[str, Tenso
 
 
 def replica_state(learner: OffPolicyLearner) -> dict[str, nn.Module | Tensor]:
-    """What must be identical on every rank: the learner's modules and free tensors (FastSAC's α)."""
+    """What must be identical on every rank: the learner's modules and free tensors (FastSAC α)."""
     state: dict[str, nn.Module | Tensor] = dict(learner.modules())
     state.update(learner.free_tensors())
     return state

@@ -222,7 +222,8 @@ def layer_of(doc: str, layers: dict[str, int]) -> int | None:
 def test_design_table_parser_reads_rows_and_folders() -> None:
     text = (
         "## Modules\n| layer | module | owns | may import |\n| --- | --- | --- | --- |\n"
-        "| 0 | `errors.py`, `nn/config.py` | x | `a.py` |\n| 3 | `tasks/` (`fast_lora_td3.tasks`) | y | — |\n"
+        "| 0 | `errors.py`, `nn/config.py` | x | `a.py` |\n"
+        "| 3 | `tasks/` (`fast_lora_td3.tasks`) | y | — |\n"
         "## Next\n| 9 | `other.py` | z | — |\n"
     )
     layers = design_layers(text)
