@@ -1,4 +1,5 @@
-"""Imports inside fast_lora_td3 go one way, and `import fast_lora_td3` stays light.
+"""Imports inside fast_lora_td3 go one way, down the layers of docs/DESIGN.md's module table (which
+lists every module), `import fast_lora_td3` stays light, and no test module imports another.
 
 The graph has one node per module of the package and an edge for every `import` / `from … import`
 of another package module written anywhere in a file: at module level, inside functions (lazy
