@@ -30,8 +30,9 @@ _ENTRY_POINTS = {
     "ConfigError": "fast_lora_td3.errors",
     "CheckpointError": "fast_lora_td3.errors",
     "NonFiniteError": "fast_lora_td3.errors",
-    # the building blocks of a run, and the critic extension point
+    # the building blocks of a run, and the critic and backend extension points
     "make_env": "fast_lora_td3.envs.factory",
+    "register_backend": "fast_lora_td3.envs.backends",
     "VecEnv": "fast_lora_td3.envs.base",
     "StepResult": "fast_lora_td3.envs.base",
     "make_learner": "fast_lora_td3.algos",

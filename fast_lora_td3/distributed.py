@@ -13,12 +13,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from fast_lora_td3.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fast_lora_td3.algos.base import OffPolicyLearner
 
 DEFAULT_TIMEOUT_S = 300
 """Collective timeout: a dead rank ends the job with an error instead of a hang."""
@@ -67,12 +71,10 @@ def module_tensors(modules: Mapping[str, nn.Module | Tensor]) -> dict[str, Tenso
     return out
 
 
-def replica_state(learner: object) -> dict[str, nn.Module | Tensor]:
-    """What must be identical on every rank: the learner's modules and FastSAC's log α."""
-    state: dict[str, nn.Module | Tensor] = dict(learner.modules())  # type: ignore[attr-defined]
-    log_alpha = getattr(learner, "log_alpha", None)
-    if isinstance(log_alpha, Tensor):
-        state["log_alpha"] = log_alpha
+def replica_state(learner: OffPolicyLearner) -> dict[str, nn.Module | Tensor]:
+    """What must be identical on every rank: the learner's modules and free tensors (FastSAC α)."""
+    state: dict[str, nn.Module | Tensor] = dict(learner.modules())
+    state.update(learner.free_tensors())
     return state
 
 

@@ -3,15 +3,15 @@ that a buffer must match to take them back (`ReplayBuffer.state_dict` / `load_st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from fast_lora_td3.errors import CheckpointError
 
-if TYPE_CHECKING:
-    from fast_lora_td3.replay import ReplayBuffer
+ReplayBufferLike = Any
+"""A `fast_lora_td3.replay.ReplayBuffer` (not imported: replay imports this module)."""
 
 __all__ = ["load_replay_state", "replay_state", "replay_tensors"]
 
@@ -31,12 +31,12 @@ _TENSOR_NAMES = (
 )
 
 
-def replay_tensors(rb: ReplayBuffer) -> dict[str, Tensor]:
+def replay_tensors(rb: ReplayBufferLike) -> dict[str, Tensor]:
     """Every state tensor of `rb` by name (the critic-observation tables only when stored)."""
     return {k: getattr(rb, k) for k in _TENSOR_NAMES if getattr(rb, k) is not None}
 
 
-def _meta(rb: ReplayBuffer) -> dict[str, object]:
+def _meta(rb: ReplayBufferLike) -> dict[str, object]:
     return {
         "num_envs": rb.num_envs,
         "capacity_per_env": rb.capacity,
@@ -50,13 +50,13 @@ def _meta(rb: ReplayBuffer) -> dict[str, object]:
     }
 
 
-def replay_state(rb: ReplayBuffer) -> dict[str, object]:
+def replay_state(rb: ReplayBufferLike) -> dict[str, object]:
     """Storage tensors (on device, not copied), pointers and geometry metadata."""
     return {"meta": _meta(rb), **replay_tensors(rb)}
 
 
 @torch.no_grad()
-def load_replay_state(rb: ReplayBuffer, state: dict[str, object]) -> int:
+def load_replay_state(rb: ReplayBufferLike, state: dict[str, object]) -> int:
     """Copy `state` into `rb`'s tensors in place (their addresses are kept, so captured graphs stay
     valid); returns the saved `num_added`. CheckpointError when the geometry differs."""
     meta: dict[str, object] = state["meta"]  # type: ignore[assignment]

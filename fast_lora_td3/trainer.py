@@ -33,6 +33,7 @@ from fast_lora_td3.preemption import PreemptionSignal
 from fast_lora_td3.replay import ReplayBuffer
 from fast_lora_td3.run_logger import RunLogger
 from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
+from fast_lora_td3.validate import simulator_seed
 from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
@@ -80,8 +81,7 @@ class Trainer:
         self.cfg, self.run_dir, self.rank, self.world_size = cfg, Path(run_dir), rank, world_size
         self.dist = dist or DistributedContext(device=cfg.device)
         self.device = torch.device(cfg.device)
-        base_seed = cfg.seed if cfg.env.seed is None else cfg.env.seed
-        env_cfg = dataclasses.replace(cfg.env, seed=base_seed + rank)
+        env_cfg = dataclasses.replace(cfg.env, seed=simulator_seed(cfg) + rank)
         self.env_seed = env_cfg.seed
         self.env = env_factory(env_cfg)
         # After the env: simulators may reseed torch's global RNG themselves (mjlab does).

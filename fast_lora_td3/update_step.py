@@ -43,12 +43,7 @@ from fast_lora_td3.update_mode import ModeFlags, mode_candidates, parse_flag, se
 if TYPE_CHECKING:
     from fast_lora_td3.config import TrainConfig
 
-__all__ = [
-    "GRAPH_IMPLS",
-    "UpdateStep",
-    "UpdateStepConfig",
-    "verify_compile",
-]
+__all__ = ["GRAPH_IMPLS", "UpdateStep", "UpdateStepConfig", "verify_compile"]
 
 GRAPH_IMPLS = ("manual", "reduce_overhead")
 Flag = Literal["auto", "true", "false"]
@@ -261,7 +256,7 @@ class UpdateStep:
         both steps, then restore every learner tensor and the RNG to their pre-warm-up values, so the
         warm-up updates leave no trace (new optimiser state restarts at zero, as a fresh Adam would)."""
         self._make_capturable()
-        self._static = _StaticBatch({n: getattr(batch, n).detach().clone() for n in BATCH_FIELDS})
+        self._static = _clone_batch(batch)
         saved = {name: t.detach().clone() for name, t in self.learner.state_tensors()}
         rng_cpu, rng_cuda = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
         stream = torch.cuda.Stream(self.device)

@@ -28,8 +28,14 @@ def resolve_runtime(cfg: TrainConfig, device: str | None = None, *, env_seed: bo
     `env_seed`, the simulator seed (env.seed None → the top-level seed)."""
     cfg.device = resolve_device(cfg.device) if device is None else device
     cfg.env.device = cfg.device
-    if env_seed and cfg.env.seed is None:
-        cfg.env.seed = cfg.seed  # the simulator follows the top-level seed unless told otherwise
+    if env_seed:
+        cfg.env.seed = simulator_seed(cfg)
+
+
+def simulator_seed(cfg: TrainConfig) -> int:
+    """The simulator's base seed (rank r seeds with it + r): `env.seed`, or the top-level `seed`
+    when unset (the simulator follows the run's seed unless told otherwise)."""
+    return cfg.seed if cfg.env.seed is None else cfg.env.seed
 
 
 def check_batch_divides(batch_size: int, num_envs: int) -> None:

@@ -50,3 +50,20 @@ def make_collector():
         return Collector(env, replay, learner, seed=seed)
 
     return make
+
+
+# --- A tiny registered backend: shared by the backend-table and extension-point tests ----------
+
+
+@pytest.fixture
+def constant_backend():
+    """Register `backend_helpers.ConstantEnv` as env.backend=constant; yields the name."""
+    from backend_helpers import CONSTANT_SPEC
+
+    from fast_lora_td3.envs import BACKEND_TABLE, register_backend
+
+    register_backend("constant", CONSTANT_SPEC)
+    try:
+        yield "constant"
+    finally:
+        del BACKEND_TABLE["constant"]

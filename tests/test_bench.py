@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_algos import ACT, OBS, bandit_batch, make
+from learner_helpers import ACT, OBS, bandit_batch, make
 
 from fast_lora_td3.bench import count_update_flops, run_bench
 from fast_lora_td3.errors import ConfigError

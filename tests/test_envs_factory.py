@@ -3,16 +3,14 @@ package is built, validated and listed like the built-in ones."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import pytest
-import torch
+from backend_helpers import CONSTANT_SPEC
 
 from fast_lora_td3.envs import (
     BACKEND_TABLE,
-    BackendSpec,
     EnvConfig,
-    StepResult,
     VecEnv,
     backend_names,
     make_env,
@@ -20,55 +18,6 @@ from fast_lora_td3.envs import (
 )
 from fast_lora_td3.envs.factory import backend_class
 from fast_lora_td3.errors import ConfigError
-
-
-class ConstantEnv:
-    """The smallest backend: one observation, reward 1, episodes of 3 steps."""
-
-    max_episode_length = 3
-
-    def __init__(self, cfg: EnvConfig) -> None:
-        self.num_envs, self.device = cfg.num_envs, torch.device(cfg.device)
-        self.obs_dim = self.critic_obs_dim = self.action_dim = 1
-        self.has_critic_obs = False
-        self.steps = torch.zeros(self.num_envs, dtype=torch.long)
-
-    @staticmethod
-    def task_ids() -> tuple[str, ...]:
-        return ("Constant-v0",)
-
-    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        self.steps.zero_()
-        obs = torch.zeros(self.num_envs, 1)
-        return obs, obs
-
-    def step(self, actions: torch.Tensor) -> StepResult:
-        self.steps += 1
-        truncated = self.steps >= self.max_episode_length
-        self.steps[truncated] = 0
-        obs = torch.zeros(self.num_envs, 1)
-        return StepResult(
-            obs=obs,
-            critic_obs=obs,
-            reward=torch.ones(self.num_envs),
-            terminated=torch.zeros(self.num_envs, dtype=torch.bool),
-            truncated=truncated,
-            final_obs=obs,
-            final_critic_obs=obs,
-        )
-
-    def close(self) -> None:
-        pass
-
-    def deployment_info(self) -> dict[str, Any]:
-        return {}
-
-
-@pytest.fixture
-def constant_backend() -> str:
-    register_backend("constant", BackendSpec(__name__, "ConstantEnv", "torch", "pip install torch"))
-    yield "constant"
-    del BACKEND_TABLE["constant"]
 
 
 def test_builtin_backends_resolve_without_building() -> None:
@@ -95,7 +44,9 @@ def test_registered_backend_is_built_and_validated(constant_backend: str, make_c
 
 
 def test_registered_backend_names_its_missing_package() -> None:
-    spec = BackendSpec(__name__, "ConstantEnv", "no_such_simulator_pkg", "pip install nosuch")
+    spec = dataclasses.replace(
+        CONSTANT_SPEC, package="no_such_simulator_pkg", install_hint="pip install nosuch"
+    )
     register_backend("missing", spec)
     try:
         with pytest.raises(ConfigError, match=r"'no_such_simulator_pkg'.*pip install nosuch"):

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from test_algos import bandit_batch, make
+from learner_helpers import bandit_batch, make
 
 from fast_lora_td3.bench import implementation
 from fast_lora_td3.nn.layers import l2_normalize

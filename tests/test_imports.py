@@ -1,4 +1,5 @@
-"""Imports inside fast_lora_td3 go one way, and `import fast_lora_td3` stays light.
+"""Imports inside fast_lora_td3 go one way, down the layers of docs/DESIGN.md's module table (which
+lists every module), `import fast_lora_td3` stays light, and no test module imports another.
 
 The graph has one node per module of the package and an edge for every `import` / `from … import`
 of another package module written anywhere in a file: at module level, inside functions (lazy
@@ -12,6 +13,7 @@ import time, so they are no edges.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +185,103 @@ def test_every_public_name_resolves_to_its_defining_module() -> None:
         assert getattr(fast_lora_td3, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no_such_name"):
         fast_lora_td3.no_such_name  # noqa: B018
+
+
+DESIGN = REPO / "docs" / "DESIGN.md"
+MODULE_ROW = re.compile(r"^\| (\d+) \| ([^|]*) \|")
+LISTED_PATH = re.compile(r"`([\w/]+(?:\.py|/))`")
+
+
+def design_layers(text: str) -> dict[str, int]:
+    """Path (relative to fast_lora_td3/, a folder ending in `/`) → layer, from DESIGN.md's table of
+    modules (rows `| <layer> | <module cell> | …`; the module cell names paths in backticks)."""
+    section = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    layers = {}
+    for line in section.splitlines():
+        if match := MODULE_ROW.match(line):
+            for path in LISTED_PATH.findall(match.group(2)):
+                layers[path] = int(match.group(1))
+    return layers
+
+
+def doc_path(module: str, path: Path) -> str:
+    """`fast_lora_td3.nn.lora` → `nn/lora.py`; a package → its `__init__.py`."""
+    parts = module.split(".")[1:]
+    return "/".join([*parts, "__init__.py"] if path.name == "__init__.py" else parts) + (
+        "" if path.name == "__init__.py" else ".py"
+    )
+
+
+def layer_of(doc: str, layers: dict[str, int]) -> int | None:
+    """The module's own row, else the row of the deepest listed folder holding it."""
+    if doc in layers:
+        return layers[doc]
+    folders = [f for f in layers if f.endswith("/") and doc.startswith(f)]
+    return layers[max(folders, key=len)] if folders else None
+
+
+def test_design_table_parser_reads_rows_and_folders() -> None:
+    text = (
+        "## Modules\n| layer | module | owns | may import |\n| --- | --- | --- | --- |\n"
+        "| 0 | `errors.py`, `nn/config.py` | x | `a.py` |\n"
+        "| 3 | `tasks/` (`fast_lora_td3.tasks`) | y | — |\n"
+        "## Next\n| 9 | `other.py` | z | — |\n"
+    )
+    layers = design_layers(text)
+    assert layers == {"errors.py": 0, "nn/config.py": 0, "tasks/": 3}
+    assert layer_of("tasks/g1_rewards.py", layers) == 3 and layer_of("cli.py", layers) is None
+
+
+def test_design_md_lists_every_module_and_its_imports_go_down_the_layers() -> None:
+    """docs/DESIGN.md's module table is the map: every module of the package has a row, every
+    path it names exists, and no module imports a module of a higher layer."""
+    layers = design_layers(DESIGN.read_text())
+    files = module_files()
+    docs = {m: doc_path(m, p) for m, p in files.items()}
+    missing = sorted(d for d in docs.values() if layer_of(d, layers) is None)
+    assert not missing, f"modules missing from docs/DESIGN.md's module table: {missing}"
+    stale = [
+        p
+        for p in layers
+        if p not in docs.values() and not any(d.startswith(p) for d in docs.values())
+    ]
+    assert not stale, f"docs/DESIGN.md's module table names modules that do not exist: {stale}"
+    upward = [
+        f"{docs[m]} (layer {layer_of(docs[m], layers)}) imports {docs[t]} "
+        f"(layer {layer_of(docs[t], layers)})"
+        for m, targets in import_graph().items()
+        for t in sorted(targets)
+        if layer_of(docs[t], layers) > layer_of(docs[m], layers)
+    ]
+    assert not upward, "imports against docs/DESIGN.md's layers:\n" + "\n".join(upward)
+
+
+def imports_between_test_modules(tests_dir: Path) -> list[str]:
+    """`<file> imports <module>` for every import of a `test_*` module by a `test_*.py` file."""
+    test_modules = {p.stem for p in tests_dir.glob("test_*.py")}
+    found = []
+    for path in sorted(tests_dir.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # `from .test_x import`, `from . import test_x`
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+            else:
+                continue
+            found += [f"{path.name} imports {n}" for n in names if n.split(".")[0] in test_modules]
+    return found
+
+
+def test_finder_reports_a_test_importing_another(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("def f():\n    from test_b import x\n")
+    (tmp_path / "test_b.py").write_text("from . import test_a\nimport helpers\n")
+    found = imports_between_test_modules(tmp_path)
+    assert found == ["test_a.py imports test_b", "test_b.py imports test_a"]
+
+
+def test_tests_share_helpers_not_test_modules() -> None:
+    """A test module imports no other test module (that ties the files together and runs the
+    imported module's code twice): shared helpers live in conftest.py or a helper module."""
+    assert len(list((REPO / "tests").glob("test_*.py"))) > 20, "the test modules were not found"
+    found = imports_between_test_modules(REPO / "tests")
+    assert not found, "\n".join(found)

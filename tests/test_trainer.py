@@ -18,11 +18,13 @@ from cli_helpers import cli
 from fast_lora_td3 import metrics_window
 from fast_lora_td3.checkpoint import CheckpointManager
 from fast_lora_td3.compose import compose_config
+from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.errors import NonFiniteError
 from fast_lora_td3.finite_guard import FiniteGuard
 from fast_lora_td3.metrics_window import MetricsWindow
 from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
+from fast_lora_td3.validate import resolve_runtime
 
 
 def run_trainer(run_dir: Path, total_steps: int, resume: bool = False) -> Trainer:
@@ -33,6 +35,26 @@ def run_trainer(run_dir: Path, total_steps: int, resume: bool = False) -> Traine
     trainer.train()
     trainer.close()
     return trainer
+
+
+@pytest.mark.parametrize("env_seed", [None, 3])
+def test_trainer_seeds_the_simulator_as_the_train_command(
+    env_seed: int | None, tmp_path: Path
+) -> None:
+    """A Trainer built from an unresolved config (as tests build it) gives rank r's simulator the
+    seed that `train`'s resolve_runtime gives it: env.seed, else the run's seed, plus r."""
+    cfg = compose_config(
+        [*SMALL, "seed=11", f"env.seed={'null' if env_seed is None else env_seed}"]
+    )
+    seeds = []
+
+    def recording_factory(env_cfg):
+        seeds.append(env_cfg.seed)
+        return make_env(env_cfg)
+
+    Trainer(cfg, tmp_path, env_factory=recording_factory, rank=2).close()
+    resolve_runtime(cfg, "cpu")
+    assert seeds == [cfg.env.seed + 2] == [(11 if env_seed is None else env_seed) + 2]
 
 
 def test_resume_gives_identical_parameters_and_optimizer_state(tmp_path: Path) -> None:

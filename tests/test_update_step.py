@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_algos import bandit_batch, make
+from learner_helpers import bandit_batch, make
 
 import fast_lora_td3.update_step as us
 from fast_lora_td3.compile_setup import make_capturable_
@@ -243,7 +243,7 @@ def _unique_graphs() -> int:
 def test_compiled_steps_under_cosine_schedule_do_not_recompile(algo: str) -> None:
     """Issue 10, defect 3: a Python-float LR changed by the scheduler every step recompiled the
     optimiser step each time (until the recompile limit fell back to eager)."""
-    from test_algos import ACT, OBS, small_actor, small_critic
+    from learner_helpers import ACT, OBS, small_actor, small_critic
 
     from fast_lora_td3.algos import AlgoConfig, make_learner
 

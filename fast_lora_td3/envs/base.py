@@ -111,7 +111,7 @@ class VecEnv(Protocol):
 
     ``step`` resets finished envs itself: ``obs`` is always the observation the policy acts on
     next, ``final_obs`` the true last observation of the finished episode. A backend class is built
-    as ``cls(cfg: EnvConfig)`` and lists its tasks with ``cls.task_ids()`` (see ``envs.factory``).
+    as ``cls(cfg: EnvConfig)`` and lists its tasks with ``cls.task_ids()`` (see ``envs.backends``).
     """
 
     num_envs: int

@@ -15,7 +15,7 @@ class EnvConfig:
     backend: str = "mjlab"
     """Simulator: `mjlab` (default, CPU or CUDA), `isaaclab` (NVIDIA GPU), `gymnasium`, or `dummy`
     (a simulator-free point mass for tests and benchmarks: tasks `PointMass-v0`, `PointMassAsym-v0`);
-    further backends register in `fast_lora_td3.envs.factory.BACKEND_TABLE`."""
+    further backends register with `fast_lora_td3.register_backend` (table: `envs/backends.py`)."""
     task: str = "FastLoRA-Velocity-Flat-G1"
     """Registered task id of the backend (e.g. `Mjlab-Cartpole-Swingup`, `Isaac-Velocity-Flat-G1-v0`,
     `Pendulum-v1`)."""
