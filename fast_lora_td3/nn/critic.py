@@ -196,6 +196,7 @@ class TwinCritic(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, num_atoms: int, cfg: CriticConfig) -> None:
         super().__init__()
         cfg.check()
+        validate_critic_config(cfg)  # the family's rules, before its builder runs
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.num_atoms = num_atoms
