@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -121,10 +122,10 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
         # Rank 0 exports while the others would already destroy the group: a gloo peer torn down
         # mid-export aborted once ("terminate called without an active exception").
         dist.barrier()
-        return 0
+        code = 0
     except Preempted as exc:
         print(f"preempted: {exc}; exit {PREEMPT_EXIT_CODE} (requeue to resume)", file=sys.stderr)
-        return PREEMPT_EXIT_CODE
+        code = PREEMPT_EXIT_CODE
     except RuntimeError as exc:
         if not dist.enabled:
             raise
@@ -132,7 +133,20 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
         # with one line that says what happened, and exit non-zero so the launcher stops the job.
         traceback.print_exc()
         print(f"fast-lora-td3: error: {dist.failure_message(exc)}", file=sys.stderr, flush=True)
-        return EXIT_DISTRIBUTED_FAILURE
+        code = EXIT_DISTRIBUTED_FAILURE
     finally:
         trainer.close()
         dist.shutdown()
+    if dist.enabled:
+        exit_without_finalization(code)
+    return code
+
+
+def exit_without_finalization(code: int) -> None:
+    """End a data-parallel rank now that its files are closed and its group destroyed: gloo's
+    worker threads can abort Python's interpreter teardown (SIGABRT, "terminate called without
+    an active exception", seen twice in ~20 two-rank runs under CPU load; pytorch PR 179291), which
+    turned a finished job into a failed one."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
