@@ -11,12 +11,7 @@ import importlib.util
 
 import torch
 
-from fast_lora_td3.envs.backends import (  # noqa: F401  (register_backend: the public entry)
-    BACKEND_TABLE,
-    BackendSpec,
-    backend_names,
-    register_backend,
-)
+from fast_lora_td3.envs.backends import BACKEND_TABLE
 from fast_lora_td3.envs.base import VecEnv, unknown_task_error
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
