@@ -111,9 +111,11 @@ def bootstrap_ci(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
-    """95 % bootstrap CI of mean(a) − mean(b), the two groups resampled independently."""
+    """95 % bootstrap CI of mean(a) − mean(b), the two groups resampled independently (None
+    unless each group has two values: one seed has no spread to resample, so its CI would be
+    falsely narrow)."""
     va, vb = (np.asarray([x for x in s if x is not None], dtype=np.float64) for s in (a, b))
-    if len(va) == 0 or len(vb) == 0:
+    if len(va) < 2 or len(vb) < 2:
         return None
     ma, mb = _resample_means(va), _resample_means(vb)
     rng = np.random.default_rng(1)  # pair the two bootstrap distributions at random

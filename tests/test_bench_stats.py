@@ -78,6 +78,10 @@ def test_bootstrap_ci_exact_enumeration_by_hand() -> None:
     ci = bootstrap_ci(many)
     assert ci == bootstrap_ci(many) and ci[0] < 4.5 < ci[1]
     assert bootstrap_diff_ci([1.0, 1.0], [0.0, 0.0]) == (1.0, 1.0)
+    # A one-seed group has no spread: no difference CI rather than a falsely narrow one.
+    assert bootstrap_diff_ci([1.0, 2.0, 3.0], [0.5]) is None
+    lo, hi = bootstrap_diff_ci([1.0, 2.0, 3.0], [0.0, 1.0])
+    assert lo < 1.5 < hi
 
 
 def test_aggregate_over_seeds_and_mean_curve() -> None:

@@ -60,3 +60,28 @@ def test_no_references_to_design_documents_outside_the_repository() -> None:
     assert any(f.name == "lora.py" for f in files), "the file listing found no package sources"
     hits = outside_references(files, ROOT)
     assert not hits, "replace each reference with the one-line reason:\n" + "\n".join(hits)
+
+
+LOCAL_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def broken_links(doc: Path) -> list[str]:
+    """Relative Markdown link/image targets in `doc` that do not exist (URLs are skipped)."""
+    text = doc.read_text(encoding="utf-8")
+    targets = [
+        t for t in LOCAL_LINK.findall(text) if "://" not in t and not t.startswith("mailto:")
+    ]
+    return [t for t in targets if not (doc.parent / t).exists()]
+
+
+def test_link_checker_flags_a_missing_target(tmp_path: Path) -> None:
+    (tmp_path / "there.png").write_bytes(b"")
+    doc = tmp_path / "doc.md"
+    doc.write_text("![a](there.png) [b](missing.md#part) [c](https://example.org/x.md)\n")
+    assert broken_links(doc) == ["missing.md"]
+
+
+def test_readme_and_docs_link_only_to_files_that_exist() -> None:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = {str(d.relative_to(ROOT)): broken_links(d) for d in docs if d.is_file()}
+    assert not any(broken.values()), f"links to missing files: {broken}"
