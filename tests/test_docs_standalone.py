@@ -85,3 +85,13 @@ def test_readme_and_docs_link_only_to_files_that_exist() -> None:
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     broken = {str(d.relative_to(ROOT)): broken_links(d) for d in docs if d.is_file()}
     assert not any(broken.values()), f"links to missing files: {broken}"
+    # On disk is not enough: a target that git ignores (e.g. a *.png) is missing from every clone.
+    tracked = {p.resolve() for p in tracked_files()}
+    untracked = [
+        f"{d.relative_to(ROOT)} -> {t}"
+        for d in docs
+        if d.is_file()
+        for t in LOCAL_LINK.findall(d.read_text(encoding="utf-8"))
+        if "://" not in t and (d.parent / t).is_file() and (d.parent / t).resolve() not in tracked
+    ]
+    assert not untracked, f"links to files git does not track: {untracked}"
