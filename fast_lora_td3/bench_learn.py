@@ -110,8 +110,8 @@ SUITES = {
     ),
     # 7.5 h of process time (~3.7 h with workers=2 on 2 cores; docs/RESULTS.md). LoRA vs dense
     # (all four families, 3 seeds) on HalfCheetah and Go1; Hopper and G1 run the default
-    # simbav2_lora against the peers. The claims come first, the one
-    # long G1 run (the 30-60 min humanoid run) last.
+    # simbav2_lora against the peers. The claims come first, the one long G1 run (the 30-60 min
+    # humanoid run) last.
     "cpu": Suite(
         name="cpu",
         tasks=(

@@ -132,11 +132,12 @@ def summarize(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def run_metrics(rows: Sequence[dict[str, Any]], checkpoints: Sequence[int], threshold: float):
-    """Per-run numbers: final returns, AUC, checkpoint returns, time to threshold, LoRA-vs-dense metrics."""
+    """Per-run numbers: final returns, AUC, checkpoint returns, time to threshold and the
+    LoRA-vs-dense metrics (critic loss, weight change, adapter norms)."""
     pts = curve(rows)
     evals = curve(rows, "eval_return")
     end = rows[-1] if rows else {}
-    # The LoRA-vs-dense numbers come from the last row that has them (they are logged every few rows).
+    # The LoRA-vs-dense numbers come from the last row that has them (logged every few rows).
     last = next((r for r in reversed(rows) if "critic/weight_change_norm" in r), end)
     ttt = time_to_threshold(pts, threshold)
     lora_norms = [v for k, v in last.items() if k.startswith("lora/") and k.endswith("delta_norm")]

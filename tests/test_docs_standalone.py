@@ -65,13 +65,15 @@ def test_no_references_to_design_documents_outside_the_repository() -> None:
 LOCAL_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
-def broken_links(doc: Path) -> list[str]:
-    """Relative Markdown link/image targets in `doc` that do not exist (URLs are skipped)."""
+def link_targets(doc: Path) -> list[str]:
+    """Relative Markdown link/image targets in `doc` (URLs and mail addresses are skipped)."""
     text = doc.read_text(encoding="utf-8")
-    targets = [
-        t for t in LOCAL_LINK.findall(text) if "://" not in t and not t.startswith("mailto:")
-    ]
-    return [t for t in targets if not (doc.parent / t).exists()]
+    return [t for t in LOCAL_LINK.findall(text) if "://" not in t and not t.startswith("mailto:")]
+
+
+def broken_links(doc: Path) -> list[str]:
+    """The link targets of `doc` that do not exist."""
+    return [t for t in link_targets(doc) if not (doc.parent / t).exists()]
 
 
 def test_link_checker_flags_a_missing_target(tmp_path: Path) -> None:
@@ -82,16 +84,15 @@ def test_link_checker_flags_a_missing_target(tmp_path: Path) -> None:
 
 
 def test_readme_and_docs_link_only_to_files_that_exist() -> None:
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    broken = {str(d.relative_to(ROOT)): broken_links(d) for d in docs if d.is_file()}
+    docs = [d for d in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))] if d.is_file()]
+    broken = {str(d.relative_to(ROOT)): broken_links(d) for d in docs}
     assert not any(broken.values()), f"links to missing files: {broken}"
     # On disk is not enough: a target that git ignores (e.g. a *.png) is missing from every clone.
     tracked = {p.resolve() for p in tracked_files()}
     untracked = [
         f"{d.relative_to(ROOT)} -> {t}"
         for d in docs
-        if d.is_file()
-        for t in LOCAL_LINK.findall(d.read_text(encoding="utf-8"))
-        if "://" not in t and (d.parent / t).is_file() and (d.parent / t).resolve() not in tracked
+        for t in link_targets(d)
+        if (d.parent / t).is_file() and (d.parent / t).resolve() not in tracked
     ]
     assert not untracked, f"links to files git does not track: {untracked}"
