@@ -63,28 +63,28 @@ def _print_error(exc: BaseException) -> None:
 
 
 def _cmd_train(overrides: list[str]) -> int:
-    from fast_lora_td3.compose import compose_config
-    from fast_lora_td3.cpu_defaults import explicit_keys
+    from fast_lora_td3.config.compose import compose_config
+    from fast_lora_td3.config.cpu_defaults import explicit_keys
     from fast_lora_td3.train import run_training
 
     return run_training(compose_config(overrides), explicit_keys=explicit_keys(overrides))
 
 
 def _cmd_play(overrides: list[str]) -> int:
-    from fast_lora_td3.play import run_play
+    from fast_lora_td3.deploy.play import run_play
 
     return run_play(overrides)
 
 
 def _cmd_export(overrides: list[str]) -> int:
-    from fast_lora_td3.export import run_export
+    from fast_lora_td3.deploy.export import run_export
 
     return run_export(overrides)
 
 
 def _cmd_bench(overrides: list[str]) -> int:
     if overrides and overrides[0] == "learn":
-        from fast_lora_td3.bench_learn import run_bench_learn
+        from fast_lora_td3.bench.learn import run_bench_learn
 
         return run_bench_learn(overrides[1:])
     from fast_lora_td3.bench import run_bench
@@ -93,7 +93,7 @@ def _cmd_bench(overrides: list[str]) -> int:
 
 
 def _cmd_plot(args: list[str]) -> int:
-    from fast_lora_td3.plot import plot_runs
+    from fast_lora_td3.runs.plot import plot_runs
 
     parser = argparse.ArgumentParser(prog="fast-lora-td3 plot")
     parser.add_argument("run_dirs", nargs="+", type=Path)

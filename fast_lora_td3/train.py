@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from fast_lora_td3.config import TrainConfig
-from fast_lora_td3.cpu_defaults import apply_cpu_defaults
+from fast_lora_td3.config.cpu_defaults import apply_cpu_defaults
+from fast_lora_td3.config.schema import TrainConfig
+from fast_lora_td3.config.validate import resolve_device, resolve_runtime, validate
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.run_logger import make_run_dir
-from fast_lora_td3.validate import resolve_device, resolve_runtime, validate
+from fast_lora_td3.runs.run_logger import make_run_dir
 
 EXIT_DISTRIBUTED_FAILURE = 3
 """Exit code of a rank whose collective failed (a peer died or timed out)."""
@@ -43,7 +43,7 @@ def find_resume_dir(cfg: TrainConfig) -> Path:
 
 def dry_run(cfg: TrainConfig) -> int:
     """Validate `cfg` and print a summary; builds nothing and writes nothing (`dry_run=true`)."""
-    from fast_lora_td3.distributed import world_size_from_environment
+    from fast_lora_td3.envs.launch import world_size_from_environment
 
     world = world_size_from_environment()
     validate(cfg)
@@ -65,7 +65,7 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
     on a CPU the others among cpu_defaults.SIZED_KEYS are sized for it. None (programmatic callers
     that built `cfg` themselves): every value is kept as given.
     """
-    from fast_lora_td3.distributed import DistributedContext, replica_state
+    from fast_lora_td3.training.distributed import DistributedContext, replica_state
 
     if cfg.dry_run:
         return dry_run(cfg)
@@ -77,11 +77,11 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
             print(note, flush=True)
     validate(cfg)
     if cfg.algo.name == "ppo":
-        from fast_lora_td3.ppo import run_ppo
+        from fast_lora_td3.training.ppo import run_ppo
 
         return run_ppo(cfg)
 
-    from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Preempted, Trainer
+    from fast_lora_td3.training.trainer import PREEMPT_EXIT_CODE, Preempted, Trainer
 
     resume = cfg.resume or (cfg.run_dir is not None and Path(cfg.run_dir, "checkpoints").exists())
     run_dir: Path | None = None
@@ -110,7 +110,7 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
                 )
         if dist.rank == 0:
             if cfg.export_at_end:
-                from fast_lora_td3.export import export_policy
+                from fast_lora_td3.deploy.export import export_policy
 
                 export_policy(
                     trainer.learner, trainer.env, run_dir / "exported", cfg, trainer.env_steps

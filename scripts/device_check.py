@@ -36,12 +36,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fast_lora_td3 import update_step
 from fast_lora_td3.bench.meters import count_update_flops, filled_replay, gemm_gflops
 from fast_lora_td3.bench.update import _MODE_FLAGS, UPDATE_DEFAULTS, _Update, time_update
-from fast_lora_td3.compile_setup import configure_backends
-from fast_lora_td3.update_mode import ModeFlags
-from fast_lora_td3.update_step import BATCH_FIELDS, UpdateStep, UpdateStepConfig
+from fast_lora_td3.training import update_step
+from fast_lora_td3.training.compile_setup import configure_backends
+from fast_lora_td3.training.update_mode import ModeFlags
+from fast_lora_td3.training.update_step import BATCH_FIELDS, UpdateStep, UpdateStepConfig
 
 REFERENCE = {"obs_dim": "123", "action_dim": "37", "num_atoms": "251", "num_envs": "1024"}
 CONFIGS = [

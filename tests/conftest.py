@@ -24,9 +24,9 @@ def make_collector():
     """``make_collector(env, seed)``: a ``Collector`` over ``env`` with a tiny FastTD3 learner and
     a small replay (episode statistics do not depend on the policy)."""
     from fast_lora_td3.algos import AlgoConfig, make_learner
-    from fast_lora_td3.collector import Collector
     from fast_lora_td3.nn import ActorConfig, CriticConfig
-    from fast_lora_td3.replay import ReplayBuffer
+    from fast_lora_td3.replay.buffer import ReplayBuffer
+    from fast_lora_td3.training.collector import Collector
 
     def make(env, seed: int = 0) -> Collector:
         learner = make_learner(

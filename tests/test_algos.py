@@ -10,7 +10,7 @@ from fast_lora_td3.algos import AlgoConfig, FastSACLearner, make_learner
 from fast_lora_td3.algos.common import PolyakUpdater, make_target, param_groups
 from fast_lora_td3.algos.fasttd3 import select_cdq_target
 from fast_lora_td3.nn import ActorConfig, C51Support, LoRALinear
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
 
 
 def test_cdq_picks_member_with_smaller_mean() -> None:

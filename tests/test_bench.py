@@ -13,7 +13,7 @@ from learner_helpers import ACT, OBS, bandit_batch, make
 
 from fast_lora_td3.bench import count_update_flops, run_bench
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.replay import ReplayBuffer
+from fast_lora_td3.replay.buffer import ReplayBuffer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fast_lora_td3.bench_learn import SUITES, plan_runs, run_bench_learn
-from fast_lora_td3.bench_report import PLOTS
+from fast_lora_td3.bench.learn import SUITES, plan_runs, run_bench_learn
+from fast_lora_td3.bench.report import PLOTS
 from fast_lora_td3.cli import main
-from fast_lora_td3.compose import compose_config
-from fast_lora_td3.validate import validate
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.validate import validate
 
 
 def test_smoke_suite_runs_peers_and_writes_results_table_and_plots(tmp_path: Path) -> None:

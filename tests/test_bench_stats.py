@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fast_lora_td3.bench_stats import (
+from fast_lora_td3.bench.stats import (
     aggregate,
     auc_return,
     bootstrap_ci,

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from fast_lora_td3.atomic_io import atomic_write, atomic_write_bytes
-from fast_lora_td3.checkpoint import POINTER_NAME, CheckpointManager, atomic_save
-from fast_lora_td3.checkpoint_state import check_compatible, rng_state, set_rng_state
 from fast_lora_td3.errors import CheckpointError, ConfigError
+from fast_lora_td3.runs.atomic_io import atomic_write, atomic_write_bytes
+from fast_lora_td3.runs.checkpoint import POINTER_NAME, CheckpointManager, atomic_save
+from fast_lora_td3.runs.checkpoint_state import check_compatible, rng_state, set_rng_state
 
 
 def _state(step: int) -> dict:
@@ -209,7 +209,7 @@ def test_not_a_dict(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys, torch
-    from fast_lora_td3.checkpoint import CheckpointManager
+    from fast_lora_td3.runs.checkpoint import CheckpointManager
     mgr = CheckpointManager(sys.argv[1], keep_last=2)
     step = 0
     if mgr.latest() is not None:

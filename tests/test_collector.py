@@ -10,7 +10,7 @@ import torch
 from isaaclab_stand_in import N, make_isaaclab_env
 
 from fast_lora_td3.envs import EnvConfig, make_env
-from fast_lora_td3.evaluation import SliceEvaluation
+from fast_lora_td3.training.evaluation import SliceEvaluation
 
 
 def _point_mass(num_envs: int = 8, seed: int = 3) -> object:

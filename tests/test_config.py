@@ -12,14 +12,14 @@ import yaml
 
 from fast_lora_td3.algos import LEARNERS
 from fast_lora_td3.algos.config import ALGO_NAMES, AlgoConfig
-from fast_lora_td3.checkpoint_state import RESUME_MUTABLE_KEYS, _ignored, flatten_config
-from fast_lora_td3.compose import compose_config
-from fast_lora_td3.config import TrainConfig
-from fast_lora_td3.cpu_defaults import SIZED_KEYS
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.cpu_defaults import SIZED_KEYS
+from fast_lora_td3.config.schema import TrainConfig
+from fast_lora_td3.config.validate import validate
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
-from fast_lora_td3.validate import validate
+from fast_lora_td3.runs.checkpoint_state import RESUME_MUTABLE_KEYS, _ignored, flatten_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

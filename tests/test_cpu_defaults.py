@@ -14,12 +14,12 @@ import torch
 from cli_helpers import SMALL
 from torch import nn
 
-from fast_lora_td3 import trainer as trainer_module
 from fast_lora_td3.cli import translate_overrides
-from fast_lora_td3.compose import compose_config
-from fast_lora_td3.cpu_defaults import apply_cpu_defaults, explicit_keys
-from fast_lora_td3.trainer import Trainer
-from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.cpu_defaults import apply_cpu_defaults, explicit_keys
+from fast_lora_td3.training import trainer as trainer_module
+from fast_lora_td3.training.trainer import Trainer
+from fast_lora_td3.training.weight_change import weight_change_norms, weight_snapshot
 
 
 def _sized(overrides: list[str]) -> tuple[object, str | None]:

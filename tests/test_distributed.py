@@ -19,10 +19,10 @@ import torch.multiprocessing as mp
 from cli_helpers import NO_EXPORT as SMALL
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.compose import compose_config
-from fast_lora_td3.distributed import DUMP_ENV, TIMEOUT_ENV, DistributedContext
-from fast_lora_td3.replay import ReplaySample
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.replay.buffer import ReplaySample
+from fast_lora_td3.training.distributed import DUMP_ENV, TIMEOUT_ENV, DistributedContext
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
 
 OBS, ACT, B, K = 6, 2, 16, 4
 

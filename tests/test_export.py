@@ -14,9 +14,14 @@ import torch
 from cli_helpers import SMALL, cli
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.compose import compose_config, compose_run_config
+from fast_lora_td3.config.compose import compose_config, compose_run_config
+from fast_lora_td3.deploy.export import (
+    ONNX_OPSET,
+    deployed_policy,
+    export_policy,
+    read_onnx_metadata,
+)
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.export import ONNX_OPSET, deployed_policy, export_policy, read_onnx_metadata
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
 
@@ -183,8 +188,8 @@ def test_train_exports_and_cli_export_and_play_agree(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.mjlab
 def test_onnx_policy_drives_mjlab_cartpole_like_torch(tmp_path: Path) -> None:
+    from fast_lora_td3.deploy.play import onnx_policy, seeded_episode
     from fast_lora_td3.envs import make_env
-    from fast_lora_td3.play import onnx_policy, seeded_episode
 
     cfg = compose_config(
         ["env=mjlab", "env.task=Mjlab-Cartpole-Swingup", "env.num_envs=3", "device=cpu"]

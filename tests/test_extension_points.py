@@ -15,14 +15,14 @@ from torch import nn
 
 import fast_lora_td3
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.compose import compose_config
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.validate import validate
 from fast_lora_td3.envs.backends import BACKEND_TABLE
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn import EnsembleLinear
 from fast_lora_td3.nn.config import CriticConfig
 from fast_lora_td3.nn.critic import CRITIC_FAMILIES
-from fast_lora_td3.trainer import Trainer
-from fast_lora_td3.validate import validate
+from fast_lora_td3.training.trainer import Trainer
 
 FAMILY = "tiny_test_family"
 BACKEND = "tiny_test_backend"

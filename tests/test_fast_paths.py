@@ -14,7 +14,7 @@ from learner_helpers import bandit_batch, make
 from fast_lora_td3.bench import implementation
 from fast_lora_td3.nn.layers import l2_normalize
 from fast_lora_td3.nn.lora import LoRALinear
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7), (4, 6)])

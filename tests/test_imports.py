@@ -1,5 +1,5 @@
-"""Imports inside fast_lora_td3 go one way, down the layers of docs/DESIGN.md's module table (which
-lists every module), `import fast_lora_td3` stays light, and no test module imports another.
+"""Imports inside fast_lora_td3 go one way, down the package layers of docs/DESIGN.md (whose module
+table lists every module), `import fast_lora_td3` stays light, and no test module imports another.
 
 The graph has one node per module of the package and an edge for every `import` / `from … import`
 of another package module written anywhere in a file: at module level, inside functions (lazy
@@ -188,72 +188,151 @@ def test_every_public_name_resolves_to_its_defining_module() -> None:
 
 
 DESIGN = REPO / "docs" / "DESIGN.md"
-MODULE_ROW = re.compile(r"^\| (\d+) \| ([^|]*) \|")
-LISTED_PATH = re.compile(r"`([\w/]+(?:\.py|/))`")
+TABLE_ROW = re.compile(r"^\|(.*)\|\s*$")
+LISTED = re.compile(r"`([\w/]+(?:\.py|/))`")
+
+NEVER_IMPORTS = {
+    "nn/": {"algos/", "envs/", "replay/", "config/", "runs/", "training/", "deploy/", "bench/"},
+    "config/": {"runs/", "training/", "deploy/", "bench/", "train.py", "cli.py"},
+    "envs/": {"training/", "deploy/", "bench/", "config/", "runs/", "train.py", "cli.py"},
+    "replay/": {"training/", "deploy/", "bench/", "config/", "runs/", "algos/"},
+    "training/": {"deploy/", "bench/", "train.py", "cli.py"},
+    "deploy/": {"bench/", "train.py", "cli.py"},
+}
+"""The rules of issue 19, written here as well as in DESIGN.md, so loosening the table fails."""
 
 
-def design_layers(text: str) -> dict[str, int]:
-    """Path (relative to fast_lora_td3/, a folder ending in `/`) → layer, from DESIGN.md's table of
-    modules (rows `| <layer> | <module cell> | …`; the module cell names paths in backticks)."""
-    section = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
-    layers = {}
+def _section(text: str, heading: str) -> str:
+    return ("\n" + text).split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+
+
+def _rows(section: str) -> list[list[str]]:
+    rows = []
     for line in section.splitlines():
-        if match := MODULE_ROW.match(line):
-            for path in LISTED_PATH.findall(match.group(2)):
-                layers[path] = int(match.group(1))
-    return layers
+        if (m := TABLE_ROW.match(line)) and not set(line) <= set("|- "):
+            rows.append([c.strip() for c in m.group(1).split("|")])
+    return rows
+
+
+def design_packages(text: str) -> dict[str, tuple[int, set[str]]]:
+    """Package (`nn/`, `cli.py`) → (layer, the packages it may import), from DESIGN.md's
+    "## Packages" table (`| layer | packages | owns | may import |`; "each other" lets the packages
+    of one row import one another)."""
+    out: dict[str, tuple[int, set[str]]] = {}
+    for cells in _rows(_section(text, "Packages")):
+        if not cells[0].isdigit():
+            continue
+        names = LISTED.findall(cells[1])
+        allowed = set(LISTED.findall(cells[3]))
+        for name in names:
+            mates = set(names) - {name} if "each other" in cells[3] else set()
+            out[name] = (int(cells[0]), allowed | mates)
+    return out
+
+
+def design_modules(text: str) -> set[str]:
+    """Every path listed in the first cell of a row of DESIGN.md's "## Modules" tables."""
+    found = set()
+    for cells in _rows(_section(text, "Modules")):
+        found.update(LISTED.findall(cells[0]))
+    return found
 
 
 def doc_path(module: str, path: Path) -> str:
-    """`fast_lora_td3.nn.lora` → `nn/lora.py`; a package → its `__init__.py`."""
+    """`fast_lora_td3.nn.lora` → `nn/lora.py`; a package → its `__init__.py`; `tasks.x` → `tasks/`."""
     parts = module.split(".")[1:]
+    if parts and parts[0] in ("tasks", "configs"):
+        return f"{parts[0]}/"
     return "/".join([*parts, "__init__.py"] if path.name == "__init__.py" else parts) + (
         "" if path.name == "__init__.py" else ".py"
     )
 
 
-def layer_of(doc: str, layers: dict[str, int]) -> int | None:
-    """The module's own row, else the row of the deepest listed folder holding it."""
-    if doc in layers:
-        return layers[doc]
-    folders = [f for f in layers if f.endswith("/") and doc.startswith(f)]
-    return layers[max(folders, key=len)] if folders else None
+def package_of(doc: str) -> str:
+    """`nn/lora.py` → `nn/`; a top-level module is its own package (`cli.py`)."""
+    return doc.split("/", 1)[0] + "/" if "/" in doc else doc
 
 
-def test_design_table_parser_reads_rows_and_folders() -> None:
-    text = (
-        "## Modules\n| layer | module | owns | may import |\n| --- | --- | --- | --- |\n"
-        "| 0 | `errors.py`, `nn/config.py` | x | `a.py` |\n"
-        "| 3 | `tasks/` (`fast_lora_td3.tasks`) | y | — |\n"
-        "## Next\n| 9 | `other.py` | z | — |\n"
-    )
-    layers = design_layers(text)
-    assert layers == {"errors.py": 0, "nn/config.py": 0, "tasks/": 3}
-    assert layer_of("tasks/g1_rewards.py", layers) == 3 and layer_of("cli.py", layers) is None
+def package_violations(
+    edges: dict[str, set[str]], packages: dict[str, tuple[int, set[str]]]
+) -> list[str]:
+    """`<module> imports <module>` for every import between packages that the table does not allow,
+    plus every table row that allows an import of a higher layer."""
+    bad = [
+        f"{package} may import {other} (layer {packages[other][0]} > {packages[package][0]})"
+        for package, (layer, allowed) in packages.items()
+        for other in sorted(allowed)
+        if other in packages and packages[other][0] > layer
+    ]
+    for src, targets in edges.items():
+        for dst in sorted(targets):
+            a, b = package_of(src), package_of(dst)
+            if a != b and b not in packages.get(a, (0, set()))[1]:
+                bad.append(f"{src} ({a}) imports {dst} ({b})")
+    return bad
 
 
-def test_design_md_lists_every_module_and_its_imports_go_down_the_layers() -> None:
-    """docs/DESIGN.md's module table is the map: every module of the package has a row, every
-    path it names exists, and no module imports a module of a higher layer."""
-    layers = design_layers(DESIGN.read_text())
+def module_edges() -> dict[str, set[str]]:
     files = module_files()
     docs = {m: doc_path(m, p) for m, p in files.items()}
-    missing = sorted(d for d in docs.values() if layer_of(d, layers) is None)
-    assert not missing, f"modules missing from docs/DESIGN.md's module table: {missing}"
-    stale = [
-        p
-        for p in layers
-        if p not in docs.values() and not any(d.startswith(p) for d in docs.values())
+    edges: dict[str, set[str]] = {}
+    for m, targets in import_graph().items():
+        edges.setdefault(docs[m], set()).update(docs[t] for t in targets)
+    return edges
+
+
+def test_package_rules_report_a_planted_upward_import() -> None:
+    text = (
+        "## Packages\n| layer | package | owns | may import |\n| --- | --- | --- | --- |\n"
+        "| 0 | `errors.py` | e | nothing |\n"
+        "| 1 | `nn/` | n | `errors.py` |\n"
+        "| 3 | `envs/`, `tasks/` | t | each other, `errors.py` |\n"
+        "| 5 | `training/` | l | `nn/`, `envs/` |\n"
+        "## Modules\n| module | owns |\n| --- | --- |\n| `nn/lora.py` | x |\n## Next\n"
+    )
+    packages = design_packages(text)
+    assert packages["tasks/"] == (3, {"envs/", "errors.py"})
+    assert design_modules(text) == {"nn/lora.py"}
+    edges = {"nn/lora.py": {"errors.py"}, "tasks/": {"envs/base.py"}, "training/t.py": {"nn/a.py"}}
+    assert package_violations(edges, packages) == []
+    edges["nn/lora.py"].add("training/trainer.py")
+    assert package_violations(edges, packages) == [
+        "nn/lora.py (nn/) imports training/trainer.py (training/)"
     ]
-    assert not stale, f"docs/DESIGN.md's module table names modules that do not exist: {stale}"
-    upward = [
-        f"{docs[m]} (layer {layer_of(docs[m], layers)}) imports {docs[t]} "
-        f"(layer {layer_of(docs[t], layers)})"
-        for m, targets in import_graph().items()
-        for t in sorted(targets)
-        if layer_of(docs[t], layers) > layer_of(docs[m], layers)
-    ]
-    assert not upward, "imports against docs/DESIGN.md's layers:\n" + "\n".join(upward)
+    packages["nn/"] = (1, {"errors.py", "training/"})
+    assert "nn/ may import training/ (layer 5 > 1)" in package_violations({}, packages)
+
+
+def test_design_md_lists_every_module_and_package() -> None:
+    """docs/DESIGN.md is the map: every module of the package has a row in its module table, every
+    path it names exists, and every package has a row in its package table."""
+    text = DESIGN.read_text()
+    listed = design_modules(text)
+    docs = set(module_edges())
+    assert not sorted(docs - listed), f"modules missing from DESIGN.md: {sorted(docs - listed)}"
+    assert not sorted(listed - docs), f"DESIGN.md names modules that do not exist: {listed - docs}"
+    packages = design_packages(text)
+    unlisted = sorted({package_of(d) for d in docs} - set(packages))
+    assert not unlisted, f"packages missing from DESIGN.md's package table: {unlisted}"
+
+
+def test_imports_between_packages_follow_design_md() -> None:
+    """Every import from one package into another is one that DESIGN.md's package table allows,
+    the table only allows imports of its own or a lower layer, and the fixed rules hold."""
+    packages = design_packages(DESIGN.read_text())
+    edges = module_edges()
+    bad = package_violations(edges, packages)
+    assert not bad, "imports against docs/DESIGN.md's package table:\n" + "\n".join(bad)
+    for package, never in NEVER_IMPORTS.items():
+        assert not packages[package][1] & never, f"DESIGN.md lets {package} import {never}"
+        wrong = [
+            f"{src} imports {dst}"
+            for src, targets in edges.items()
+            if package_of(src) == package
+            for dst in targets
+            if package_of(dst) in never
+        ]
+        assert not wrong, "\n".join(wrong)
 
 
 def imports_between_test_modules(tests_dir: Path) -> list[str]:

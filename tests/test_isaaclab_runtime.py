@@ -15,11 +15,11 @@ from isaaclab_stand_in import N, StandInApp, StandInEnv
 
 import fast_lora_td3.cli as cli
 import fast_lora_td3.envs.isaaclab_env as il
-from fast_lora_td3.compose import compose_config
+from fast_lora_td3.config.compose import compose_config
 from fast_lora_td3.envs import EnvConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.tasks.isaaclab_g1 import ISAACLAB_TASK_IDS, check_isaaclab_version
-from fast_lora_td3.trainer import Trainer
+from fast_lora_td3.training.trainer import Trainer
 
 
 def test_app_launcher_kwargs_follow_isaaclab_train_script() -> None:
@@ -154,7 +154,7 @@ def test_fastlora_config_build_refuses_isaaclab_3(monkeypatch: pytest.MonkeyPatc
 def test_ppo_baseline_builds_one_env_on_isaaclab(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fast_lora_td3.ppo as ppo
+    import fast_lora_td3.training.ppo as ppo
 
     made: list[StandInEnv] = []
 

@@ -350,7 +350,7 @@ def test_fastsac_critic_preset_and_experiments() -> None:
     """Issue 10: `critic=mlp_silu_ln` is the FastSAC critic (Linear → LayerNorm → SiLU,
     768-384-192); the dense FastSAC preset uses it with the FastSAC actor, the LoRA preset swaps in
     the SimbaV2-LoRA critic and keeps the rest of the recipe."""
-    from fast_lora_td3.compose import compose_config
+    from fast_lora_td3.config.compose import compose_config
     from fast_lora_td3.nn import EnsembleLayerNorm, EnsembleLinear
 
     cfg = compose_config(["critic=mlp_silu_ln"])
@@ -384,8 +384,8 @@ def test_fastsac_critic_preset_and_experiments() -> None:
 def test_run_level_rank_check_uses_each_familys_adapted_widths(critic: dict, limit: int | None):
     """validate() bounds the LoRA rank by the family table's adapted widths; dense families have
     no rank to check."""
-    from fast_lora_td3.config import TrainConfig
-    from fast_lora_td3.validate import validate
+    from fast_lora_td3.config.schema import TrainConfig
+    from fast_lora_td3.config.validate import validate
 
     cfg = TrainConfig()
     for rank in (limit or 10_000, (limit or 10_000) - 1):

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.image import imread
 
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.plot import plot_runs, read_metrics, series
+from fast_lora_td3.runs.plot import plot_runs, read_metrics, series
 
 C0 = np.array([0x1F, 0x77, 0xB4]) / 255  # matplotlib's first two default line colours
 C1 = np.array([0xFF, 0x7F, 0x0E]) / 255

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from fast_lora_td3.algos.config import AlgoConfig
+from fast_lora_td3.config.validate import check_batch_divides
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.replay import ReplayBuffer
-from fast_lora_td3.validate import check_batch_divides
+from fast_lora_td3.replay.buffer import ReplayBuffer
 
 
 class EpisodeSim:

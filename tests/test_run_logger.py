@@ -13,9 +13,9 @@ import pytest
 import torch
 import yaml
 
-from fast_lora_td3 import run_logger
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.run_logger import RunLogger, make_run_dir
+from fast_lora_td3.runs import run_logger
+from fast_lora_td3.runs.run_logger import RunLogger, make_run_dir
 
 CONFIG = {"algo": {"gamma": 0.99, "dims": [256, 128]}, "env": {"task": "cartpole"}, "seed": 1}
 

@@ -15,16 +15,16 @@ import torch
 from cli_helpers import NO_EXPORT as SMALL
 from cli_helpers import cli
 
-from fast_lora_td3 import metrics_window
-from fast_lora_td3.checkpoint import CheckpointManager
-from fast_lora_td3.compose import compose_config
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.validate import resolve_runtime
 from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.errors import NonFiniteError
-from fast_lora_td3.finite_guard import FiniteGuard
-from fast_lora_td3.metrics_window import MetricsWindow
-from fast_lora_td3.trainer import PREEMPT_EXIT_CODE, Trainer
-from fast_lora_td3.validate import resolve_runtime
+from fast_lora_td3.runs.checkpoint import CheckpointManager
+from fast_lora_td3.training import metrics_window
+from fast_lora_td3.training.finite_guard import FiniteGuard
+from fast_lora_td3.training.metrics_window import MetricsWindow
+from fast_lora_td3.training.trainer import PREEMPT_EXIT_CODE, Trainer
 
 
 def run_trainer(run_dir: Path, total_steps: int, resume: bool = False) -> Trainer:

@@ -18,11 +18,12 @@ import pytest
 import torch
 from learner_helpers import bandit_batch, make
 
-import fast_lora_td3.update_step as us
-from fast_lora_td3.compile_setup import make_capturable_
+import fast_lora_td3.training.update_step as us
+from fast_lora_td3.config.schema import parse_flag
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.update_mode import mode_candidates, parse_flag, select_mode
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig, verify_compile
+from fast_lora_td3.training.compile_setup import make_capturable_
+from fast_lora_td3.training.update_mode import mode_candidates, select_mode
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig, verify_compile
 
 EAGER = UpdateStepConfig(compile=False, cuda_graph=False)
 AOT_EAGER = UpdateStepConfig(compile=True, compile_backend="aot_eager")
@@ -86,7 +87,7 @@ def test_update_step_config_rejects_bad_values_with_one_line_config_error(kwargs
 
 
 def test_update_step_config_normalises_flags_and_is_built_from_the_train_config() -> None:
-    from fast_lora_td3.compose import compose_config
+    from fast_lora_td3.config.compose import compose_config
 
     assert UpdateStepConfig(compile=True, cuda_graph="False").compile == "true"
     assert UpdateStepConfig(compile=True, cuda_graph="False").cuda_graph == "false"
@@ -406,7 +407,7 @@ def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failur
 ) -> None:
     """The real pending path: candidates (compiled, eager) as on a CUDA machine with
     cuda_graph=false; a compiler that corrupts the update fails the check and eager is used."""
-    from fast_lora_td3.update_mode import ModeFlags
+    from fast_lora_td3.training.update_mode import ModeFlags
 
     def candidates(*_a, **_k):
         return [ModeFlags(True, False), ModeFlags(False, False)], "on cuda with compile=auto"
@@ -438,7 +439,7 @@ def test_update_step_auto_chooses_at_first_batch_and_falls_back_on_parity_failur
 
 
 def test_train_config_defaults_to_auto_and_hydra_false_is_explicit() -> None:
-    from fast_lora_td3.compose import compose_config
+    from fast_lora_td3.config.compose import compose_config
 
     cfg = compose_config([])
     assert (cfg.compile, cfg.cuda_graph) == ("auto", "auto")

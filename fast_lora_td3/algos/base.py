@@ -2,7 +2,7 @@
 
 A learner owns everything the update touches. Its `critic_update` / `actor_step` are pure tensor code
 (metrics stay on device as 0-d tensors, no host synchronisation), so they can be compiled and captured;
-`fast_lora_td3.update_step.UpdateStep` calls them (the only update path) and keeps the update count.
+`fast_lora_td3.training.update_step.UpdateStep` calls them (the only update path) and keeps the update count.
 """
 
 from __future__ import annotations

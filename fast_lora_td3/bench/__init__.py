@@ -5,7 +5,7 @@ counts their GEMM FLOPs and compares the rates with GEMM meters; `rounds=N` alte
 configuration so ratios such as `lora_overhead` hold on a shared, loaded machine. `bench replay`
 (bench/replay.py) reports bytes per transition against a buffer that stores next_obs explicitly,
 and the samples/s of `sample_nstep`. Settings use the training schema (bench/config.py);
-`bench learn` (the learning suite) lives in fast_lora_td3/bench_learn.py.
+`bench learn` (the learning suite) lives in fast_lora_td3/bench/learn.py.
 """
 
 from __future__ import annotations

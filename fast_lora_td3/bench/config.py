@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from fast_lora_td3.algos.config import AlgoConfig, check_choice
-from fast_lora_td3.config import AMP_MODES
+from fast_lora_td3.config.schema import AMP_MODES
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from fast_lora_td3.algos.base import OffPolicyLearner
-from fast_lora_td3.replay import ReplayBuffer
+from fast_lora_td3.replay.buffer import ReplayBuffer
 
 __all__ = ["count_update_flops", "filled_replay", "gemm_gflops", "gemm_meter_gflops", "sync"]
 

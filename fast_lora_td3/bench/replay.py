@@ -10,7 +10,7 @@ import torch
 
 from fast_lora_td3.bench.config import ReplayBenchConfig
 from fast_lora_td3.bench.meters import filled_replay, sync
-from fast_lora_td3.validate import check_batch_divides, resolve_device
+from fast_lora_td3.config.validate import check_batch_divides, resolve_device
 
 __all__ = ["bench_replay"]
 

@@ -31,10 +31,10 @@ from fast_lora_td3.bench.meters import (
     gemm_meter_gflops,
     sync,
 )
-from fast_lora_td3.compile_setup import configure_backends
-from fast_lora_td3.replay import ReplayBuffer
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
-from fast_lora_td3.validate import check_batch_divides, resolve_device
+from fast_lora_td3.config.validate import check_batch_divides, resolve_device
+from fast_lora_td3.replay.buffer import ReplayBuffer
+from fast_lora_td3.training.compile_setup import configure_backends
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
 
 __all__ = ["UPDATE_DEFAULTS", "bench_update", "implementation", "time_update"]
 

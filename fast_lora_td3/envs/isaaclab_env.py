@@ -89,7 +89,7 @@ def launch_app(cfg: EnvConfig) -> Any:
     if _APP is None:
         from isaaclab.app import AppLauncher  # the only isaaclab import allowed before the app
 
-        from fast_lora_td3.distributed import world_size_from_environment
+        from fast_lora_td3.envs.launch import world_size_from_environment
 
         world_size = world_size_from_environment()
         if world_size > 1 and "SLURM_LOCALID" in os.environ:  # srun: AppLauncher reads LOCAL_RANK

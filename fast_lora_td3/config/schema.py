@@ -3,12 +3,13 @@
 Every field has a docstring; Hydra validates overrides against these types, so an unknown key or a
 wrong type is an error, not silently ignored. Each dataclass checks its own fields in
 `__post_init__` (run by `OmegaConf.to_object` on the composed values) and again in `check()`, which
-`validate` calls on the final config; rules that span groups live in fast_lora_td3/validate.py.
+`validate` calls on the final config; rules that span groups live in fast_lora_td3/config/validate.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -16,7 +17,27 @@ from fast_lora_td3.algos.config import AlgoConfig, check_choice
 from fast_lora_td3.envs.config import EnvConfig
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.config import ActorConfig, CriticConfig
-from fast_lora_td3.update_mode import parse_flag
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_flag(name: str, value: Any) -> str:
+    """Normalise a `compile` / `cuda_graph` value (bool, None or string) to auto / true / false."""
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    if text in _TRUE:
+        return "true"
+    if text in _FALSE:
+        return "false"
+    raise ConfigError(
+        f"{name}={value!r} is not valid: use {name}=auto, {name}=true or {name}=false"
+    )
+
 
 AMP_MODES = ("none", "bf16")
 """Valid values of `amp` (autocast of the update step)."""
@@ -91,7 +112,7 @@ class TrainConfig:
     """Training device: `cpu`, `cuda`, `cuda:N`, or `auto` (cuda when available)."""
     cpu_defaults: bool = True
     """When `device` resolves to `cpu`, size the batch, network widths, updates per step (and mjlab's
-    env count) for a CPU unless the command line or the preset sets them (fast_lora_td3/cpu_defaults.py)."""
+    env count) for a CPU unless the command line or the preset sets them (fast_lora_td3/config/cpu_defaults.py)."""
     log_dir: str = "logs/fast_lora_td3"
     """Root under which run directories `<task>/<date>_<time>[_<run_name>]/` are made."""
     run_name: str = ""
@@ -142,7 +163,7 @@ class TrainConfig:
 
     def check(self, nested: bool = True) -> None:
         """Raise ConfigError on the first invalid setting of this config (and, with `nested`, of
-        its groups). Rules that relate two groups are in fast_lora_td3/validate.py."""
+        its groups). Rules that relate two groups are in fast_lora_td3/config/validate.py."""
         if nested:
             for group in (self.algo, self.env, self.critic, self.actor, self.eval):
                 group.check()

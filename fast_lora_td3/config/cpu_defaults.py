@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.config.schema import TrainConfig
 
 CPU_BATCH_SIZE = 256
 """Target batch on CPU (rounded up to a multiple of env.num_envs)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.envs.factory import check_device
 from fast_lora_td3.errors import ConfigError
 from fast_lora_td3.nn.critic import critic_adapted_widths, validate_critic_config

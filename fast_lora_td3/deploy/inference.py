@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fast_lora_td3.checkpoint import CheckpointManager, load_file
-from fast_lora_td3.compose import compose_run_config
-from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.config.compose import compose_run_config
+from fast_lora_td3.config.schema import TrainConfig
+from fast_lora_td3.config.validate import resolve_runtime
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.validate import resolve_runtime
+from fast_lora_td3.runs.checkpoint import CheckpointManager, load_file
 
 __all__ = ["build_learner", "load_for_inference", "resolve_checkpoint", "split_overrides"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fast_lora_td3.config import TrainConfig, register_configs
+from fast_lora_td3.config.schema import TrainConfig, register_configs
 from fast_lora_td3.errors import ConfigError
 
 __all__ = ["compose_config", "compose_run_config"]

@@ -1,7 +1,7 @@
 """`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]`.
 
 Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
-same machine, then aggregates them with fast_lora_td3.bench_stats (mean and 95 % bootstrap CI of
+same machine, then aggregates them with fast_lora_td3.bench.stats (mean and 95 % bootstrap CI of
 the final and area-under-curve return, of the return at fixed env-step checkpoints, time to a
 return threshold, critic loss, weight change from init, adapter norms) and writes into DIR:
 `results.json`, `results.md` (Markdown tables: ours vs peers, LoRA vs dense) and
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fast_lora_td3 import bench_stats
+from fast_lora_td3.bench import stats as bench_stats
 from fast_lora_td3.errors import ConfigError
 
 CRITICS = ("simbav2_lora", "simbav2", "mlp_lora", "mlp")
@@ -182,7 +182,7 @@ def plan_runs(suite: Suite, out: Path) -> list[RunSpec]:
             for seed in task_seeds(suite, task):
                 run_dir = out / "runs" / task.preset / method / f"seed{seed}"
                 if method.startswith("sb3_"):
-                    cmd = [*py, "fast_lora_td3.bench_peers", method, task.gym_id, str(seed)]
+                    cmd = [*py, "fast_lora_td3.bench.peers", method, task.gym_id, str(seed)]
                     cmd += [str(task.total_steps), str(run_dir)]
                     if task.peer_learning_starts is not None:
                         cmd.append(f"learning_starts={task.peer_learning_starts}")
@@ -268,7 +268,7 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_bench_learn(args: list[str]) -> int:
     """Entry point of `fast-lora-td3 bench learn SUITE key=value…`."""
-    from fast_lora_td3.bench_report import write_report
+    from fast_lora_td3.bench.report import write_report
 
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.replay_state import load_replay_state, replay_state
+from fast_lora_td3.replay.state import load_replay_state, replay_state
 
 __all__ = ["ReplayBuffer", "ReplaySample"]
 
@@ -385,7 +385,7 @@ class ReplayBuffer:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, object]:
-        """Checkpoint contents (fast_lora_td3/replay_state.py): tensors, pointers and geometry."""
+        """Checkpoint contents (fast_lora_td3/replay/state.py): tensors, pointers and geometry."""
         return replay_state(self)
 
     def load_state_dict(self, state: dict[str, object]) -> None:

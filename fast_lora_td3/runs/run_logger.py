@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from fast_lora_td3.atomic_io import atomic_write_bytes
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.runs.atomic_io import atomic_write_bytes
 
 LOGGERS = ("tensorboard", "wandb", "none")
 METRICS_FILE = "metrics.jsonl"

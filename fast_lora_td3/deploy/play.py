@@ -8,17 +8,17 @@ from typing import Any
 
 import torch
 
-from fast_lora_td3.compose import compose_config
-from fast_lora_td3.config import TrainConfig
-from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.export import read_onnx_metadata
-from fast_lora_td3.inference import (
+from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.schema import TrainConfig
+from fast_lora_td3.config.validate import resolve_runtime
+from fast_lora_td3.deploy.export import read_onnx_metadata
+from fast_lora_td3.deploy.inference import (
     build_learner,
     load_for_inference,
     resolve_checkpoint,
     split_overrides,
 )
-from fast_lora_td3.validate import resolve_runtime
+from fast_lora_td3.errors import ConfigError
 
 
 def onnx_policy(path: Path, device: torch.device) -> Any:
@@ -52,7 +52,7 @@ def config_from_exported(path: Path, overrides: list[str]) -> TrainConfig:
 def seeded_episode(act: Any, env: Any, seed: int, max_steps: int | None) -> dict[str, float]:
     """One deterministic evaluation from a reset with `seed`: torch's RNG and the simulator's are
     re-seeded first, so two policies run from exactly the same initial states (apples to apples)."""
-    from fast_lora_td3.evaluation import evaluate
+    from fast_lora_td3.training.evaluation import evaluate
 
     torch.manual_seed(seed)
     env.reset(seed=seed)  # `evaluate`'s own reset then draws from this freshly seeded stream
@@ -113,7 +113,7 @@ def run_play(overrides: list[str]) -> int:
 
 def _record(policies: dict[str, Any], env: Any, own: dict[str, str], source: Path) -> None:
     """`env.video=true`: write one MP4 per policy next to the run's other outputs."""
-    from fast_lora_td3.video import record_video
+    from fast_lora_td3.runs.video import record_video
 
     try:
         length = int(own.get("video_length", 200))

@@ -18,23 +18,23 @@ import torch
 from omegaconf import OmegaConf
 
 from fast_lora_td3.algos import make_learner
-from fast_lora_td3.checkpoint import CheckpointManager
-from fast_lora_td3.checkpoint_state import check_compatible, rng_state, set_rng_state
-from fast_lora_td3.collector import Collector
-from fast_lora_td3.config import TrainConfig
-from fast_lora_td3.distributed import DistributedContext
+from fast_lora_td3.config.schema import TrainConfig
+from fast_lora_td3.config.validate import simulator_seed
 from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import StepResult, VecEnv
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.evaluation import SliceEvaluation, evaluate
-from fast_lora_td3.finite_guard import FiniteGuard
-from fast_lora_td3.metrics_window import MetricsWindow
-from fast_lora_td3.preemption import PreemptionSignal
-from fast_lora_td3.replay import ReplayBuffer
-from fast_lora_td3.run_logger import RunLogger
-from fast_lora_td3.update_step import UpdateStep, UpdateStepConfig
-from fast_lora_td3.validate import simulator_seed
-from fast_lora_td3.weight_change import weight_change_norms, weight_snapshot
+from fast_lora_td3.replay.buffer import ReplayBuffer
+from fast_lora_td3.runs.checkpoint import CheckpointManager
+from fast_lora_td3.runs.checkpoint_state import check_compatible, rng_state, set_rng_state
+from fast_lora_td3.runs.run_logger import RunLogger
+from fast_lora_td3.training.collector import Collector
+from fast_lora_td3.training.distributed import DistributedContext
+from fast_lora_td3.training.evaluation import SliceEvaluation, evaluate
+from fast_lora_td3.training.finite_guard import FiniteGuard
+from fast_lora_td3.training.metrics_window import MetricsWindow
+from fast_lora_td3.training.preemption import PreemptionSignal
+from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
+from fast_lora_td3.training.weight_change import weight_change_norms, weight_snapshot
 
 PREEMPT_EXIT_CODE = 75
 """Exit code after a SIGTERM/SIGUSR1 checkpoint (EX_TEMPFAIL): requeue scripts resubmit on it."""
@@ -207,7 +207,7 @@ class Trainer:
     def _verify_compile(self) -> None:
         """`verify_compile=true`: a few updates eager and compiled from the same state must agree;
         refuse to train otherwise (torch.compile has silently broken learning before)."""
-        from fast_lora_td3.update_step import verify_compile
+        from fast_lora_td3.training.update_step import verify_compile
 
         self._verify_pending = False
         try:

@@ -1,7 +1,7 @@
 """What a checkpoint holds beside the tensors of the learner: the RNG states that make a resume
 continue bit for bit, and the check that a checkpoint's config may be resumed with the current one.
 
-The file layer (atomic writes, rotation, loading with clear errors) is `fast_lora_td3.checkpoint`.
+The file layer (atomic writes, rotation, loading with clear errors) is `fast_lora_td3.runs.checkpoint`.
 """
 
 from __future__ import annotations

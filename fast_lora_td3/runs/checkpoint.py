@@ -1,8 +1,8 @@
 """Checkpoint files: atomic writes, keep-last-K rotation, the checkpoint interval, and loading with
 one-line errors. What goes into a checkpoint beside the learner's tensors (RNG states, the resume
-config check) is `fast_lora_td3.checkpoint_state`.
+config check) is `fast_lora_td3.runs.checkpoint_state`.
 
-Crash safety: a checkpoint is written atomically (`fast_lora_td3.atomic_io`). The `latest.json`
+Crash safety: a checkpoint is written atomically (`fast_lora_td3.runs.atomic_io`). The `latest.json`
 pointer is replaced the same way, and only after the checkpoint it names is complete; older files
 are pruned only after that. So a SIGKILL at any moment leaves either the previous or the new
 pointer, each naming a complete file. If the pointer is missing or names a bad file, `latest()` /
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from fast_lora_td3.atomic_io import atomic_write, atomic_write_bytes, remove_stale_temps
 from fast_lora_td3.errors import CheckpointError, ConfigError
+from fast_lora_td3.runs.atomic_io import atomic_write, atomic_write_bytes, remove_stale_temps
 
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 """Names of the rotating checkpoints: `ckpt_<step:012d>.pt`."""

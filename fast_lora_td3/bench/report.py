@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fast_lora_td3 import bench_stats
+from fast_lora_td3.bench import stats as bench_stats
 
 
 def _fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:

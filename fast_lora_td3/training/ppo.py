@@ -18,11 +18,11 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torch import Tensor
 
-from fast_lora_td3.config import TrainConfig
+from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.envs import make_env
 from fast_lora_td3.envs.base import EpisodeTracker, VecEnv
-from fast_lora_td3.evaluation import evaluate
-from fast_lora_td3.run_logger import RunLogger, make_run_dir
+from fast_lora_td3.runs.run_logger import RunLogger, make_run_dir
+from fast_lora_td3.training.evaluation import evaluate
 
 
 class RslRlEnvAdapter:

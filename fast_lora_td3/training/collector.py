@@ -14,8 +14,8 @@ from torch import Tensor
 
 from fast_lora_td3.algos.base import OffPolicyLearner
 from fast_lora_td3.envs.base import EpisodeTracker, StepResult, VecEnv
-from fast_lora_td3.evaluation import SliceEvaluation
-from fast_lora_td3.replay import ReplayBuffer
+from fast_lora_td3.replay.buffer import ReplayBuffer
+from fast_lora_td3.training.evaluation import SliceEvaluation
 
 
 class Collector:

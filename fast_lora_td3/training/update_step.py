@@ -31,17 +31,18 @@ import torch
 from torch import Tensor
 
 from fast_lora_td3.algos.base import OffPolicyLearner
-from fast_lora_td3.compile_setup import (
+from fast_lora_td3.config.schema import parse_flag
+from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.training.compile_setup import (
     configure_backends,
     configure_compiler,
     make_capturable_,
     tensor_lrs_,
 )
-from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.update_mode import ModeFlags, mode_candidates, parse_flag, select_mode
+from fast_lora_td3.training.update_mode import ModeFlags, mode_candidates, select_mode
 
 if TYPE_CHECKING:
-    from fast_lora_td3.config import TrainConfig
+    from fast_lora_td3.config.schema import TrainConfig
 
 __all__ = ["GRAPH_IMPLS", "UpdateStep", "UpdateStepConfig", "verify_compile"]
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 import fast_lora_td3
-from fast_lora_td3.atomic_io import atomic_write_bytes
+from fast_lora_td3.runs.atomic_io import atomic_write_bytes
 
 ONNX_OPSET = 17
 """ONNX opset of the exported graph (17: the first with a LayerNormalization op, used by SiLU+LN actors)."""
@@ -188,13 +188,13 @@ def read_onnx_metadata(path: Path) -> dict[str, Any]:
 
 def run_export(overrides: list[str]) -> int:
     """`fast-lora-td3 export`: write a checkpoint's policy into `<run>/exported/` (or `out=DIR`)."""
-    from fast_lora_td3.envs import make_env  # the command's imports: export_policy needs none
-    from fast_lora_td3.inference import (
+    from fast_lora_td3.deploy.inference import (
         build_learner,
         load_for_inference,
         resolve_checkpoint,
         split_overrides,
     )
+    from fast_lora_td3.envs import make_env  # the command's imports: export_policy needs none
 
     own, rest = split_overrides(overrides)
     ckpt = resolve_checkpoint(own.get("checkpoint"))

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from fast_lora_td3.envs.launch import env_int, world_size_from_environment
 from fast_lora_td3.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,22 +31,6 @@ TIMEOUT_ENV = "FAST_LORA_TD3_DIST_TIMEOUT_S"
 """Environment variable overriding DEFAULT_TIMEOUT_S (seconds)."""
 DUMP_ENV = "FAST_LORA_TD3_DUMP_PARAMS_DIR"
 """When set, every rank writes its final learner tensors to `<dir>/rank<r>.pt` (replica checks)."""
-
-
-def _env_int(*names: str, default: int) -> int:
-    for name in names:
-        if os.environ.get(name, "") != "":
-            return int(os.environ[name])
-    return default
-
-
-def world_size_from_environment() -> int:
-    """The world size torchrun (WORLD_SIZE) or srun (SLURM_STEP_NUM_TASKS) announces; 1 otherwise.
-
-    SLURM_STEP_NUM_TASKS (not SLURM_NTASKS) is set by srun only, so a CLI started directly in a
-    multi-task batch script runs as one process instead of waiting for ranks that never start.
-    """
-    return _env_int("WORLD_SIZE", "SLURM_STEP_NUM_TASKS", default=1)
 
 
 def tensor_fingerprint(tensors: Mapping[str, Tensor]) -> str:
@@ -106,10 +91,10 @@ class DistributedContext:
         world = world_size_from_environment()
         if world <= 1:
             return cls(device=device)
-        rank = _env_int("RANK", "SLURM_PROCID", default=0)
-        local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
+        rank = env_int("RANK", "SLURM_PROCID", default=0)
+        local_rank = env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
         if "MASTER_ADDR" not in os.environ:
-            if _env_int("SLURM_NNODES", "SLURM_JOB_NUM_NODES", default=1) > 1:
+            if env_int("SLURM_NNODES", "SLURM_JOB_NUM_NODES", default=1) > 1:
                 raise ConfigError(
                     "srun over several nodes needs MASTER_ADDR: export MASTER_ADDR=$(scontrol show "
                     "hostnames $SLURM_JOB_NODELIST | head -n 1) (or launch with torchrun)"
@@ -119,7 +104,7 @@ class DistributedContext:
         if device.startswith("cuda"):
             device = f"cuda:{local_rank}"
             torch.cuda.set_device(local_rank)
-        timeout = timeout_s or _env_int(TIMEOUT_ENV, default=DEFAULT_TIMEOUT_S)
+        timeout = timeout_s or env_int(TIMEOUT_ENV, default=DEFAULT_TIMEOUT_S)
         if not dist.is_initialized():
             dist.init_process_group(
                 backend="nccl" if device.startswith("cuda") else "gloo",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from fast_lora_td3.distributed import DistributedContext
+from fast_lora_td3.training.distributed import DistributedContext
 
 STOP_SYNC_INTERVAL = 8
 """Data parallel: iterations between the ranks' agreement on a pending preemption signal."""

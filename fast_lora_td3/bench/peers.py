@@ -1,6 +1,6 @@
 """Stable-Baselines3 TD3 / SAC peers for `bench learn`, writing our metrics.jsonl format.
 
-`python -m fast_lora_td3.bench_peers sb3_td3 TASK SEED TOTAL_STEPS RUN_DIR [learning_starts=N]`
+`python -m fast_lora_td3.bench.peers sb3_td3 TASK SEED TOTAL_STEPS RUN_DIR [learning_starts=N]`
 
 Hyperparameters: rl-baselines3-zoo's MuJoCo defaults (hyperparams/td3.yml and sac.yml, the
 `mujoco-defaults` anchor of HalfCheetah-v4, which Hopper etc. inherit). TD3: MlpPolicy

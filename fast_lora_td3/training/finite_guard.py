@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fast_lora_td3.checkpoint import CheckpointManager
 from fast_lora_td3.envs.base import StepResult
 from fast_lora_td3.errors import NonFiniteError
+from fast_lora_td3.runs.checkpoint import CheckpointManager
 
 
 class FiniteGuard:

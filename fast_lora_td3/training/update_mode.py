@@ -16,30 +16,11 @@ from typing import Any
 
 import torch
 
-from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.config.schema import parse_flag
 
-__all__ = ["FLAG_VALUES", "ModeFlags", "mode_candidates", "parse_flag", "select_mode"]
+__all__ = ["FLAG_VALUES", "ModeFlags", "mode_candidates", "select_mode"]
 
 FLAG_VALUES = ("auto", "true", "false")
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-def parse_flag(name: str, value: Any) -> str:
-    """Normalise a `compile` / `cuda_graph` value (bool, None or string) to auto / true / false."""
-    if value is None:
-        return "auto"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value).strip().lower()
-    if text == "auto":
-        return "auto"
-    if text in _TRUE:
-        return "true"
-    if text in _FALSE:
-        return "false"
-    raise ConfigError(
-        f"{name}={value!r} is not valid: use {name}=auto, {name}=true or {name}=false"
-    )
 
 
 @dataclass(frozen=True)

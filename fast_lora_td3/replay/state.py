@@ -11,7 +11,7 @@ from torch import Tensor
 from fast_lora_td3.errors import CheckpointError
 
 ReplayBufferLike = Any
-"""A `fast_lora_td3.replay.ReplayBuffer` (not imported: replay imports this module)."""
+"""A `fast_lora_td3.replay.buffer.ReplayBuffer` (not imported: replay imports this module)."""
 
 __all__ = ["load_replay_state", "replay_state", "replay_tensors"]
 

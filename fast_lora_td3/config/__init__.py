@@ -1,0 +1,1 @@
+"""Configuration: the typed schema, Hydra composition, validation and the CPU defaults."""

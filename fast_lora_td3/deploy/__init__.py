@@ -1,0 +1,1 @@
+"""The deployment path: exported policies, loading a trained run, the `play` command."""

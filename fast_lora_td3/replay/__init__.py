@@ -1,0 +1,1 @@
+"""The GPU-resident replay buffer and its checkpoint state."""

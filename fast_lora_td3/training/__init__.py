@@ -1,0 +1,1 @@
+"""The off-policy training loop: collector, update step, evaluation, data parallelism."""
