@@ -28,6 +28,7 @@ from fast_lora_td3.nn.critic import build_critic
 from fast_lora_td3.nn.distributional import C51Support, expected_value
 from fast_lora_td3.nn.layers import project_weights_
 from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
+from fast_lora_td3.nn.reward_scaler import RewardScaler
 
 
 class OffPolicyLearner(ABC):
@@ -51,7 +52,11 @@ class OffPolicyLearner(ABC):
         self.device = torch.device(device)
         self.obs_dim, self.critic_obs_dim, self.action_dim = obs_dim, critic_obs_dim, action_dim
         self.amp_dtype = torch.bfloat16 if amp == "bf16" else None
-        self.support = C51Support(algo.v_min, algo.v_max, algo.num_atoms).to(self.device)
+        self.support = C51Support(*algo.support_bounds(), algo.num_atoms).to(self.device)
+        # Automatic value range: rewards scaled by the running scale of discounted returns.
+        self.reward_scaler = RewardScaler(algo.return_scale_max) if algo.auto_value_range else None
+        if self.reward_scaler is not None:
+            self.reward_scaler.to(self.device)
         self.actor = self._build_actor(actor_cfg).to(self.device)
         self.critic = build_critic(critic_cfg, critic_obs_dim, action_dim, algo.num_atoms)
         self.critic.to(self.device)
@@ -185,6 +190,36 @@ class OffPolicyLearner(ABC):
             self.obs_normalizer.update(obs)
             self.critic_obs_normalizer.update(critic_obs)
 
+    def update_reward_scale(self, discounted_returns: Tensor) -> None:
+        """Merge the rollout's running discounted returns (`[num_envs]`) into the reward scale
+        (automatic value range only; the collector keeps G per env)."""
+        if self.reward_scaler is not None:
+            self.reward_scaler.update(discounted_returns)
+
+    def scaled_rewards(self, rewards: Tensor) -> Tensor:
+        """Rewards (or n-step reward sums) in the critic's units: scaled under the automatic value
+        range, raw with a fixed support."""
+        return rewards if self.reward_scaler is None else self.reward_scaler(rewards)
+
+    def value_metrics(self, logits: Tensor, target: Tensor) -> dict[str, Tensor]:
+        """Where the critic sits on its support (device tensors, no host sync): the share of the
+        target mass on each end atom, the spread of Q as a fraction of the support, the scale."""
+        q = self.q_values(logits.detach())
+        lo, hi = self.support.v_min, self.support.v_max
+        metrics = {
+            "q_mean": q.mean(),
+            "q_max": q.max(),
+            "q_min": q.min(),
+            "target_q_mean": expected_value(target[0], self.support).mean(),
+            "value/end_mass_low": target[..., 0].mean(),
+            "value/end_mass_high": target[..., -1].mean(),
+            "value/q_min_pos": (q.min() - lo) / (hi - lo),
+            "value/q_max_pos": (q.max() - lo) / (hi - lo),
+        }
+        if self.reward_scaler is not None:
+            metrics["value/reward_scale"] = self.reward_scaler.scale()
+        return metrics
+
     def adapter_norms(self) -> dict[str, Tensor]:
         """Norms of every critic LoRA ΔW (device tensors; read at logging time)."""
         return adapter_norms(self.critic)
@@ -198,7 +233,7 @@ class OffPolicyLearner(ABC):
             "critic_target": self.critic_target,
             "obs_normalizer": self.obs_normalizer,
             "critic_obs_normalizer": self.critic_obs_normalizer,
-        }
+        } | ({"reward_scaler": self.reward_scaler} if self.reward_scaler is not None else {})
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimiser an update steps (all are checkpointed)."""

@@ -46,10 +46,17 @@ class AlgoConfig:
     rounds actions to bf16 anyway, so bf16 storage loses nothing there (the GPU presets use it)."""
     learning_starts: int = 10
     """Environment steps (per env) collected before updates start."""
-    v_min: float = -10.0
-    """Lower end of the C51 support."""
-    v_max: float = 10.0
-    """Upper end of the C51 support."""
+    v_min: float | None = None
+    """Lower end of the C51 support in return units. Unset (with v_max): the automatic range, which
+    scales rewards by the running scale of discounted returns (`return_scale_max`) and uses the
+    support ±2·return_scale_max. Set both to fix the support and train on raw rewards."""
+    v_max: float | None = None
+    """Upper end of the C51 support; set with v_min (see v_min)."""
+    return_scale_max: float = 5.0
+    """Automatic range (v_min/v_max unset): rewards are divided by max(σ_G, G_max/return_scale_max),
+    G the running discounted return, so every observed return lies within ±return_scale_max; the
+    support spans twice that, headroom for returns that grow past what was seen (SimbaV2's
+    normalized_g_max is 5)."""
     num_atoms: int = 251
     """Number of C51 atoms."""
     tau: float = 0.1
@@ -110,8 +117,15 @@ class AlgoConfig:
             return
         check_choice("algo.replay_obs_dtype", self.replay_obs_dtype, REPLAY_OBS_DTYPES)
         check_choice("algo.replay_action_dtype", self.replay_action_dtype, REPLAY_ACTION_DTYPES)
-        if self.v_min >= self.v_max:
+        if (self.v_min is None) != (self.v_max is None):
+            raise ConfigError(
+                f"algo.v_min={self.v_min} and algo.v_max={self.v_max}: set both (a fixed support) "
+                "or neither (the automatic range)"
+            )
+        if self.v_min is not None and self.v_min >= self.v_max:  # type: ignore[operator]
             raise ConfigError(f"algo.v_min ({self.v_min}) must be < algo.v_max ({self.v_max})")
+        if not self.return_scale_max > 0:
+            raise ConfigError(f"algo.return_scale_max must be > 0 (got {self.return_scale_max})")
         if self.num_atoms < 2:
             raise ConfigError(f"algo.num_atoms must be >= 2 (got {self.num_atoms})")
         if self.buffer_size <= self.n_step:
@@ -127,3 +141,14 @@ class AlgoConfig:
             raise ConfigError(f"algo.gamma must be in (0, 1] (got {self.gamma})")
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"algo.tau must be in (0, 1] (got {self.tau})")
+
+    @property
+    def auto_value_range(self) -> bool:
+        """Whether the run scales rewards and uses the automatic support (v_min/v_max unset)."""
+        return self.v_min is None and self.v_max is None
+
+    def support_bounds(self) -> tuple[float, float]:
+        """(v_min, v_max) of the C51 support: as set, or ±2·return_scale_max when automatic."""
+        if self.v_min is None or self.v_max is None:
+            return -2.0 * self.return_scale_max, 2.0 * self.return_scale_max
+        return float(self.v_min), float(self.v_max)

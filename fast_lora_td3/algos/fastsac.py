@@ -54,7 +54,8 @@ class FastSACLearner(OffPolicyLearner):
         next_log_prob = next_log_prob.float()
         next_probs = torch.softmax(next_logits.float(), dim=-1)
         members = next_probs.shape[0]
-        soft_rewards = batch.rewards - batch.discount * batch.bootstrap * alpha * next_log_prob
+        rewards = self.scaled_rewards(batch.rewards)  # entropy is weighed in the critic's units
+        soft_rewards = rewards - batch.discount * batch.bootstrap * alpha * next_log_prob
         projected = project_distribution(
             next_probs.flatten(0, 1),
             soft_rewards.repeat(members),
@@ -73,13 +74,10 @@ class FastSACLearner(OffPolicyLearner):
         with self.autocast():
             logits = self.critic(cobs, batch.actions)
         loss = cross_entropy(logits, target)
-        q = self.q_values(logits.detach())
         alpha_loss = -(self.log_alpha.exp() * (next_log_prob + self.algo.target_entropy)).mean()
         metrics = {
             "critic_loss": loss.detach(),
-            "q_mean": q.mean(),
-            "q_max": q.max(),
-            "q_min": q.min(),
+            **self.value_metrics(logits, target),
             "alpha": self.log_alpha.detach().exp(),
             "alpha_loss": alpha_loss.detach(),
             "entropy": -next_log_prob.mean(),
@@ -104,7 +102,11 @@ class FastSACLearner(OffPolicyLearner):
         q = self.q_values(logits)
         q = q.mean(0) if self.algo.actor_q_reduce == "mean" else q.min(0).values
         loss = (alpha * log_prob.float() - q).mean()
-        return loss, {"actor_loss": loss.detach(), "policy_entropy": -log_prob.detach().mean()}
+        return loss, {
+            "actor_loss": loss.detach(),
+            "policy_entropy": -log_prob.detach().mean(),
+            "actor/saturated_actions": (actions.detach().abs() > 0.95).float().mean(),
+        }
 
     @torch.no_grad()
     def explore(self, obs: Tensor, noise_std: Tensor | None = None) -> Tensor:

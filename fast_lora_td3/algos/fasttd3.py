@@ -55,7 +55,7 @@ class FastTD3Learner(OffPolicyLearner):
         members = next_probs.shape[0]
         projected = project_distribution(
             next_probs.flatten(0, 1),
-            batch.rewards.repeat(members),
+            self.scaled_rewards(batch.rewards).repeat(members),
             batch.bootstrap.repeat(members),
             batch.discount.repeat(members),
             self.support,
@@ -72,15 +72,7 @@ class FastTD3Learner(OffPolicyLearner):
         with self.autocast():
             logits = self.critic(cobs, batch.actions)
         loss = cross_entropy(logits, target)
-        q = self.q_values(logits.detach())
-        metrics = {
-            "critic_loss": loss.detach(),
-            "q_mean": q.mean(),
-            "q_max": q.max(),
-            "q_min": q.min(),
-            "target_q_mean": expected_value(target[0], self.support).mean(),
-        }
-        return loss, metrics
+        return loss, {"critic_loss": loss.detach(), **self.value_metrics(logits, target)}
 
     def actor_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """−mean over the batch of min (or mean) over critics of Q(s, actor(s))."""
@@ -91,7 +83,9 @@ class FastTD3Learner(OffPolicyLearner):
         q = self.q_values(logits)  # [E, B]
         q = q.min(0).values if self.algo.actor_q_reduce == "min" else q.mean(0)
         loss = -q.mean()
-        return loss, {"actor_loss": loss.detach()}
+        # A tanh actor stuck at its bounds stops learning: the share of saturated action components.
+        saturated = (actions.detach().abs() > 0.95).float().mean()
+        return loss, {"actor_loss": loss.detach(), "actor/saturated_actions": saturated}
 
     def actor_step(self, batch: Any) -> dict[str, Tensor]:
         """Actor update, then Polyak of the optional target actor."""

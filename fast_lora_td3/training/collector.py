@@ -30,6 +30,8 @@ class Collector:
         self.std_min, self.std_max = algo.std_min, algo.std_max
         self.obs, self.critic_obs = env.reset(seed=seed)
         self.noise_std = self._draw_std(env.num_envs)
+        self.discounted_return = torch.zeros(env.num_envs, device=env.device)
+        """Each env's running discounted return G (the automatic value range's statistic)."""
         self.episode_tracker = EpisodeTracker(env.num_envs, env.device)
         """Return/length of the training episodes (``pop()`` at logging intervals: one host read)."""
         self._eval_slice: SliceEvaluation | None = None
@@ -60,6 +62,9 @@ class Collector:
             actions = self.eval_slice.actions(self.learner.act, obs, actions)
         result = self.env.step(actions)
         done = result.terminated | result.truncated
+        self.discounted_return = self.discounted_return * self.learner.algo.gamma + result.reward
+        self.learner.update_reward_scale(self.discounted_return)
+        self.discounted_return = torch.where(done, 0.0, self.discounted_return)
         if self.eval_slice is None:
             self.episode_tracker.update(result.reward, done)
         else:
@@ -90,6 +95,7 @@ class Collector:
             "obs": self.obs,
             "critic_obs": self.critic_obs,
             "noise_std": self.noise_std,
+            "discounted_return": self.discounted_return,
         }
         if hasattr(self.env, "state_dict"):
             state["env"] = self.env.state_dict()
@@ -100,6 +106,8 @@ class Collector:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore; without an env state the envs keep their fresh reset (episodes restart)."""
         self.noise_std = state["noise_std"].to(self.env.device)
+        if "discounted_return" in state:  # checkpoints before the automatic value range had none
+            self.discounted_return = state["discounted_return"].to(self.env.device)
         if "env" in state and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.env.device)

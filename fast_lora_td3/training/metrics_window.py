@@ -94,3 +94,43 @@ class MetricsWindow:
         self.start_time, self.start_iteration = time.perf_counter(), iteration
         self.rows += 1
         return rates
+
+
+class ValueRangeWatch:
+    """Warns once when the critic's targets keep piling onto an end atom of the support.
+
+    Mass on an end atom means the projected targets were clipped there: the support cannot hold
+    the task's returns, and the critic's values saturate silently. One line names the setting.
+    """
+
+    def __init__(
+        self, support: tuple[float, float], auto: bool, threshold: float = 0.1, rows: int = 3
+    ) -> None:
+        self.support, self.auto = support, auto
+        self.threshold, self.rows = threshold, rows
+        self.streak = 0
+        self.warned = False
+
+    def check(self, row: dict[str, float]) -> str | None:
+        """The warning line on the `rows`-th consecutive saturated row (once per run), else None."""
+        low, high = row.get("value/end_mass_low"), row.get("value/end_mass_high")
+        if low is None or high is None:
+            return None  # no update in this row's window
+        share = max(low, high)
+        self.streak = self.streak + 1 if share > self.threshold else 0
+        if self.warned or self.streak < self.rows:
+            return None
+        self.warned = True
+        end = (
+            f"algo.v_max={self.support[1]:g}" if high >= low else f"algo.v_min={self.support[0]:g}"
+        )
+        fix = (
+            "raise algo.return_scale_max"
+            if self.auto
+            else "unset algo.v_min/algo.v_max for the automatic range, or widen them"
+        )
+        return (
+            f"warning: {share:.0%} of the critic's target mass sits on the end atom {end} for "
+            f"{self.streak} metrics rows: the value support is too narrow for this task's returns; "
+            f"{fix}"
+        )

@@ -31,7 +31,7 @@ from fast_lora_td3.training.collector import Collector
 from fast_lora_td3.training.distributed import DistributedContext
 from fast_lora_td3.training.evaluation import SliceEvaluation, evaluate
 from fast_lora_td3.training.finite_guard import FiniteGuard
-from fast_lora_td3.training.metrics_window import MetricsWindow
+from fast_lora_td3.training.metrics_window import MetricsWindow, ValueRangeWatch
 from fast_lora_td3.training.preemption import PreemptionSignal
 from fast_lora_td3.training.update_step import UpdateStep, UpdateStepConfig
 from fast_lora_td3.training.weight_change import weight_change_norms, weight_snapshot
@@ -122,6 +122,8 @@ class Trainer:
             # Every rank normalises with the statistics of all ranks' rollouts: replicas stay equal.
             self.learner.obs_normalizer.distributed = True
             self.learner.critic_obs_normalizer.distributed = True
+            if self.learner.reward_scaler is not None:
+                self.learner.reward_scaler.distributed = True
         self.update_step = UpdateStep(self.learner, UpdateStepConfig.from_train_config(cfg))
         self.collector = Collector(self.env, self.replay, self.learner, seed=self.env_seed)
         if getattr(self.env, "single_instance", False):  # Isaac Lab: no second env in-process
@@ -135,6 +137,7 @@ class Trainer:
         self.window = MetricsWindow(
             cfg.log_interval, cfg.log_interval_s, self.num_envs, poll_s=FIRST_EPISODE_POLL_S
         )
+        self.value_watch = ValueRangeWatch(algo.support_bounds(), algo.auto_value_range)
         self.finite_guard = FiniteGuard(
             cfg.nan_check_interval,
             cfg.nan_action,
@@ -315,6 +318,8 @@ class Trainer:
         if log_due:
             row.update(self._log_row(episodes))
             row.update(self.window.close(self.iteration))
+            if (warning := self.value_watch.check(row)) is not None and self.dist.is_main:
+                print(warning, flush=True)
             if self.logger is not None:
                 self.logger.log(row, env_steps=self.env_steps)
             self.window.last_row = row
