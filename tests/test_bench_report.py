@@ -162,6 +162,8 @@ def test_report_mistakes_are_one_line_errors_that_leave_the_page(
     stale.write_text(json.dumps(old))
     no_markers = tmp_path / "plain.md"
     no_markers.write_text("# nothing generated\n")
+    unterminated = tmp_path / "open.md"
+    unterminated.write_text(PAGE.replace("stale headline\n<!-- END GENERATED -->\n", ""))
     cases = [
         ([], "give a results.json path"),
         ([str(tmp_path / "nope.json")], "no file"),
@@ -172,6 +174,7 @@ def test_report_mistakes_are_one_line_errors_that_leave_the_page(
         ([str(path), f"page={no_markers}"], "BEGIN GENERATED: smoke BLOCK"),
         ([str(stale)], "no run curves"),
         ([str(page)], "not a bench learn results.json"),
+        ([str(path), f"page={unterminated}"], "no `<!-- END GENERATED -->` line"),
     ]
     for args, message in cases:
         assert main(["bench", "learn", "report", *args]) == 2, args
@@ -181,21 +184,45 @@ def test_report_mistakes_are_one_line_errors_that_leave_the_page(
     assert not (path.parent / "results.md").exists()
 
 
-def test_results_page_quotes_the_committed_results_as_generated() -> None:
-    page = (REPO / "docs" / "RESULTS.md").read_text()
-    blocks = page_blocks(page)
-    committed = {
-        p.parent.name: p for p in sorted((REPO / "docs" / "results").glob("*/results.json"))
-    }
-    assert {suite for suite, _ in blocks} <= set(committed), "a generated block without its data"
+def page_mismatches(page: Path, results_dir: Path) -> list[str]:
+    """What in `page` and the results.md files differs from what `bench learn report` writes
+    from each results_dir/SUITE/results.json (empty: all generated and current)."""
+    blocks = page_blocks(page.read_text())
+    committed = {p.parent.name: p for p in sorted(results_dir.glob("*/results.json"))}
+    wrong = [f"{s} {b}: no {s}/results.json" for s, b in blocks if s not in committed]
     for suite, path in committed.items():
         results = json.loads(path.read_text())
-        assert results["suite"] == suite
-        assert (path.parent / "results.md").read_text() == markdown(results), suite
+        md = path.parent / "results.md"
+        if results["suite"] != suite:
+            wrong.append(f"{path} holds suite {results['suite']!r}")
+        if not md.is_file() or md.read_text() != markdown(results):
+            wrong.append(f"{suite}/results.md is missing or stale")
         quoted = {block: text for (s, block), text in blocks.items() if s == suite}
-        assert "headline" in quoted, f"docs/RESULTS.md quotes no {suite} headline"
-        for block, text in quoted.items():
-            assert text == BLOCKS[block](results), (
-                f"docs/RESULTS.md's {suite} {block} is not what `fast-lora-td3 bench learn report "
-                f"docs/results/{suite}/results.json page=docs/RESULTS.md` writes"
-            )
+        if "headline" not in quoted:
+            wrong.append(f"{page.name} quotes no {suite} headline")
+        wrong += [f"{suite} {b} is stale" for b, t in quoted.items() if t != BLOCKS[b](results)]
+    return wrong
+
+
+def test_page_check_flags_stale_or_orphan_blocks(tmp_path: Path) -> None:
+    path = _report_dir(tmp_path)
+    page = tmp_path / "RESULTS.md"
+    page.write_text(PAGE[: PAGE.index("<!-- BEGIN GENERATED: other")])
+    assert page_mismatches(page, path.parents[1]) == [
+        "smoke/results.md is missing or stale",
+        "smoke headline is stale",
+        "smoke lora-vs-dense is stale",
+    ]
+    assert main(["bench", "learn", "report", str(path), f"page={page}"]) == 0
+    assert page_mismatches(page, path.parents[1]) == []
+    page.write_text(page.read_text().replace("| mlp | 2 | -159 ", "| mlp | 2 | -158 "))
+    assert page_mismatches(page, path.parents[1]) == ["smoke headline is stale"]
+    page.write_text(page.read_text() + PAGE[PAGE.index("<!-- BEGIN GENERATED: other") :])
+    assert "other headline: no other/results.json" in page_mismatches(page, path.parents[1])
+
+
+def test_results_page_quotes_the_committed_results_as_generated() -> None:
+    # docs/results/cpu/ holds plots only: that run's results.json was not kept (docs/RESULTS.md).
+    assert page_mismatches(REPO / "docs" / "RESULTS.md", REPO / "docs" / "results") == [], (
+        "run `fast-lora-td3 bench learn report docs/results/SUITE/results.json page=docs/RESULTS.md`"
+    )

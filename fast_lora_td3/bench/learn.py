@@ -309,7 +309,10 @@ def run_bench_learn(args: list[str]) -> int:
     if name == "report":
         return run_report(rest)
     if name not in SUITES:
-        raise ConfigError(f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)}")
+        raise ConfigError(
+            f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)} "
+            "(or `report RESULTS_JSON`)"
+        )
     suite = SUITES[name]
     opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": ""}
     for word in rest:

@@ -203,6 +203,11 @@ def rewrite_page(text: str, results: dict[str, Any]) -> tuple[str, int]:
 
     def redraw(m: re.Match[str]) -> str:
         nonlocal count
+        if "<!-- BEGIN GENERATED" in m["body"]:
+            raise ConfigError(
+                f"bench learn report: the {m['suite']} {m['block']} block has no "
+                "`<!-- END GENERATED -->` line before the next BEGIN: add it"
+            )
         if m["suite"] != suite:
             return m[0]
         if m["block"] not in BLOCKS:
