@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fast_lora_td3.bench.learn import SUITES, plan_runs, run_bench_learn
-from fast_lora_td3.bench.report import PLOTS
+from fast_lora_td3.bench.plots import CURVE_POINTS, PLOTS
 from fast_lora_td3.cli import main
 from fast_lora_td3.config.compose import compose_config
 from fast_lora_td3.config.validate import validate
@@ -32,7 +32,13 @@ def test_smoke_suite_runs_peers_and_writes_results_table_and_plots(tmp_path: Pat
         assert all(f is not None and np.isfinite(f) for f in finals), name
         assert data["summary"]["final_eval_return"]["mean"] == pytest.approx(np.mean(finals))
         assert all(r["checkpoint_returns"]["4800"] is not None for r in runs), name
+        for r in runs:  # the plots' curves travel in results.json, shrunk
+            assert r["curves"]["episode_return"] and r["curves"]["episode_length"], name
+            assert all(0 < len(c) <= CURVE_POINTS for c in r["curves"].values()), name
+    assert results["command"] == f"fast-lora-td3 bench learn smoke out={out}"
+    assert "commit" in results
     lora, dense = methods["mlp_lora"]["runs"], methods["mlp"]["runs"]
+    assert all("critic/weight_change_rel" in r["curves"] for r in lora + dense)
     assert all(r["adapter_delta_norm"] > 0 and r["weight_change_norm"] > 0 for r in lora)
     assert all(r["adapter_delta_norm"] is None and r["weight_change_norm"] > 0 for r in dense)
     assert all(r["final_critic_loss"] is not None for r in lora + dense)

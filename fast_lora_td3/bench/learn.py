@@ -1,11 +1,19 @@
-"""`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]`.
+"""`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]` and
+`fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
 
 Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
 same machine, then aggregates them with fast_lora_td3.bench.stats (mean and 95 % bootstrap CI of
 the final and area-under-curve return, of the return at fixed env-step checkpoints, time to a
 return threshold, critic loss, weight change from init, adapter norms) and writes into DIR:
-`results.json`, `results.md` (Markdown tables: ours vs peers, LoRA vs dense) and
-`curves_env_steps.png` / `curves_wall_clock.png` (one panel per task, CI bands).
+`results.json` (the numbers, each run's curves shrunk to ≤ 100 points, the suite, command and
+commit), `results.md` (Markdown tables: headline, LoRA vs dense, full tables) and the plots
+(`curves_env_steps.png`, `curves_wall_clock.png`, … : one panel per task, CI bands).
+
+`report` redraws results.md and the plots next to a results.json from that file alone (no run
+directories), and with `page=FILE` rewrites the suite's tables that FILE quotes between
+`<!-- BEGIN GENERATED: SUITE BLOCK -->` / `<!-- END GENERATED -->` lines. A results page is
+updated by committing DIR/results.json as docs/results/SUITE/results.json and running
+`fast-lora-td3 bench learn report docs/results/SUITE/results.json page=docs/RESULTS.md`.
 
 Methods: a critic family (`mlp`, `mlp_lora`, `simbav2`, `simbav2_lora`: our FastTD3 with that
 critic at the preset's sizes), `ppo` (the rsl_rl baseline, `algo=ppo`, mjlab tasks) and `sb3_td3` /
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fast_lora_td3.bench import stats as bench_stats
+from fast_lora_td3.bench.plots import run_curves
 from fast_lora_td3.errors import ConfigError
 
 CRITICS = ("simbav2_lora", "simbav2", "mlp_lora", "mlp")
@@ -236,7 +245,8 @@ def _diff_ci(per_method: dict[str, Any], lora: str, dense: str, key: str) -> lis
 
 
 def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-run metrics from each run's metrics.jsonl and the aggregates per task and method."""
+    """Per-run metrics and shrunk curves from each run's metrics.jsonl and the aggregates per task
+    and method."""
     tasks: dict[str, Any] = {}
     for task in suite.tasks:
         per_method: dict[str, Any] = {}
@@ -247,6 +257,7 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
                 rows = bench_stats.read_rows(Path(r["run_dir"]) / "metrics.jsonl")
                 m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold)
                 runs.append({"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m})
+                runs[-1]["curves"] = run_curves(rows)
             per_method[method] = {
                 "runs": runs,
                 "summary": bench_stats.aggregate(runs, task.checkpoints),
@@ -266,17 +277,42 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"suite": suite.name, "note": suite.note, "seeds": list(suite.seeds), "tasks": tasks}
 
 
+def _commit() -> str | None:
+    """The package checkout's commit (`-dirty` with uncommitted changes to tracked files); None
+    outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    git = ["git", "-C", str(here)]
+    try:
+        sha = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sha.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+
+
 def run_bench_learn(args: list[str]) -> int:
     """Entry point of `fast-lora-td3 bench learn SUITE key=value…`."""
-    from fast_lora_td3.bench.report import write_report
+    from fast_lora_td3.bench.report import run_report, write_report
 
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())
         print(f"\nsuites: {', '.join(SUITES)}")
         return 0 if args else 2
     name, rest = args[0], args[1:]
+    if name == "report":
+        return run_report(rest)
     if name not in SUITES:
-        raise ConfigError(f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)}")
+        raise ConfigError(
+            f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)} "
+            "(or `report RESULTS_JSON`)"
+        )
     suite = SUITES[name]
     opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": ""}
     for word in rest:
@@ -302,7 +338,13 @@ def run_bench_learn(args: list[str]) -> int:
         suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.preset in keep))
     out = Path(opts["out"])
     records = run_suite(suite, out, workers)
-    results = collect(suite, records)
+    command = " ".join(["fast-lora-td3", "bench", "learn", *args])
+    results = {
+        "suite": suite.name,
+        "command": command,
+        "commit": _commit(),
+        **collect(suite, records),
+    }
     write_report(results, out)
     failed = [r for r in records if r["rc"] != 0]
     print(f"wrote {out / 'results.json'}, {out / 'results.md'} and plots", flush=True)

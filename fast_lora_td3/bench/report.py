@@ -1,12 +1,30 @@
-"""`bench learn` outputs: results.json, results.md (Markdown tables) and the curve plots."""
+"""`bench learn` outputs: results.json, results.md (Markdown tables) and the curve plots, and
+`bench learn report RESULTS_JSON [page=FILE]`, which redraws them from a results.json alone.
+
+results.md holds three tables that a page can quote: `headline` (per task and method: final eval
+return, last training return, time to threshold, wall-clock), `lora-vs-dense` (each LoRA family
+against its dense twin) and `tables` (every number per task). A page embeds them between
+`<!-- BEGIN GENERATED: SUITE BLOCK -->` and `<!-- END GENERATED -->` lines, which `page=FILE`
+rewrites in place; tests/test_bench_report.py checks docs/RESULTS.md against the committed
+docs/results/*/results.json.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fast_lora_td3.bench import stats as bench_stats
+from fast_lora_td3.bench.plots import write_plots
+from fast_lora_td3.errors import ConfigError
+
+MARKER = re.compile(
+    r"^<!-- BEGIN GENERATED: (?P<suite>\S+) (?P<block>\S+) -->\n(?P<body>.*?)^<!-- END GENERATED -->$",
+    re.DOTALL | re.MULTILINE,
+)
+"""A generated block of a page: its suite, its block name and the text between the lines."""
 
 
 def _fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
@@ -20,29 +38,108 @@ def _fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
     return text
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The Markdown tables: per task, every method's returns, speed, critic loss, weight change
-    and adapter norms."""
-    lines = [f"# bench learn: `{results['suite']}` suite", ""]
-    if results.get("note"):
-        lines += [results["note"], ""]
-    lines += [
-        "Mean over seeds with the 95 % bootstrap CI in brackets. Final return: deterministic "
-        "evaluation at the end; AUC: mean training-episode return over the run; @N: training "
-        "return at N env steps; to threshold: env steps / wall seconds of the first logged return "
-        "at or above the task's threshold (runs that reached it / seeds).",
-        "",
-    ]
+def _num(x: float) -> str:
+    """A page number: whole with thousands separators from 100 up, else 3 significant digits."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _ci(stat: dict[str, Any] | None) -> str:
+    """`mean [lo, hi]` in page numbers (no interval for one value), `–` when missing."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    ci = stat.get("ci95")
+    bracket = f" [{_num(ci[0])}, {_num(ci[1])}]" if ci and stat.get("n", 0) > 1 else ""
+    return _num(stat["mean"]) + bracket
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _head(cells: list[str]) -> list[str]:
+    return [_row(cells), "|" + "---|" * len(cells)]
+
+
+def headline(results: dict[str, Any]) -> str:
+    """Per task and method: seeds, final eval return, last training return, env steps / wall s
+    to the threshold (runs that reached it) and wall-clock s per run."""
+    lines = _head(
+        [
+            "task (env steps)",
+            "method",
+            "seeds",
+            "final eval return",
+            "last training return",
+            "to threshold: env steps / wall s (runs)",
+            "wall-clock s per run",
+        ]
+    )
+    for name, task in results["tasks"].items():
+        spec = task["spec"]
+        label = f"{name} ({spec['total_steps']:,}; threshold {spec['threshold']:g})"
+        for method, data in task["methods"].items():
+            s = data["summary"]
+            reach = f"{_ci(s['steps_to_threshold'])} / {_ci(s['seconds_to_threshold'])}"
+            reach += f" ({s['reached_threshold']}/{s['seeds']})"
+            cells = [label, method, str(s["seeds"]), _ci(s["final_eval_return"])]
+            cells += [_ci(s["final_train_return"]), reach, _ci(s["wall_time_s"])]
+            lines.append(_row(cells))
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(ci: list[float] | None) -> str:
+    if ci is None:
+        return "–"
+    what = (
+        "LoRA higher" if ci[0] > 0 else "dense higher" if ci[1] < 0 else "no significant difference"
+    )
+    return f"[{_num(ci[0])}, {_num(ci[1])}]: {what}"
+
+
+def lora_vs_dense(results: dict[str, Any]) -> str:
+    """Each LoRA family against the dense family of the same width: returns with the difference
+    CI, critic loss, relative weight change and the adapters' norm."""
+    lines = _head(
+        [
+            "task",
+            "LoRA − dense",
+            "seeds",
+            "final eval return: LoRA / dense",
+            "difference CI",
+            "AUC: LoRA / dense",
+            "difference CI",
+            "critic loss: LoRA / dense",
+            "‖W−W₀‖/‖W₀‖: LoRA / dense",
+            "‖ΔW_LoRA‖",
+        ]
+    )
+    for name, task in results["tasks"].items():
+        for pair, comp in task["lora_vs_dense"].items():
+            lora, dense = pair.split("-")
+            a, b = task["methods"][lora]["summary"], task["methods"][dense]["summary"]
+            cells = [name, pair, f"{a['seeds']} / {b['seeds']}"]
+            for key in ("final_eval_return", "auc_return"):
+                cells += [f"{_ci(a[key])} / {_ci(b[key])}", _verdict(comp[f"{key}_diff_ci95"])]
+            for key in ("final_critic_loss", "weight_change_rel"):
+                cells.append(f"{_ci(a[key])} / {_ci(b[key])}")
+            cells.append(_ci(a["adapter_delta_norm"]))
+            lines.append(_row(cells))
+    return "\n".join(lines) + "\n"
+
+
+def full_tables(results: dict[str, Any]) -> str:
+    """Per task, every method's returns, speed, critic loss, weight change and adapter norms."""
+    lines = []
     for name, task in results["tasks"].items():
         spec = task["spec"]
         cps = [str(c) for c in spec["checkpoints"]]
         lines += [
-            f"## {name} ({spec['total_steps']:,} env steps, threshold {spec['threshold']:g})",
+            f"### {name} ({spec['total_steps']:,} env steps, threshold {spec['threshold']:g})",
             "",
         ]
         head = ["method", "seeds", "final return", "AUC", *[f"@{c}" for c in cps]]
         head += ["to threshold (steps / s)", "wall-clock s", "critic loss", "‖ΔW‖ rel", "‖ΔW_LoRA‖"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += _head(head)
         for method, data in task["methods"].items():
             s = data["summary"]
             reached = f"{s['reached_threshold']}/{s['seeds']}"
@@ -54,7 +151,7 @@ def markdown(results: dict[str, Any]) -> str:
             cells += [_fmt(s["checkpoint_returns"][c]) for c in cps]
             cells += [ttt, _fmt(s["wall_time_s"], 3), _fmt(s["final_critic_loss"], 3)]
             cells += [_fmt(s["weight_change_rel"], 3), _fmt(s["adapter_delta_norm"], 3)]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(_row(cells))
         for pair, comp in task["lora_vs_dense"].items():
             for key, what in (("final_eval_return", "final-return"), ("auc_return", "AUC")):
                 ci = comp.get(f"{key}_diff_ci95")
@@ -65,70 +162,138 @@ def markdown(results: dict[str, Any]) -> str:
                     f"\n{pair}: {what} difference 95 % CI [{ci[0]:.4g}, {ci[1]:.4g}] ({verdict})"
                 )
         lines.append("")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-PLOTS = {
-    # file name: (metric key, x axis (0: env steps, 1: wall-clock s), y label, methods)
-    "curves_env_steps.png": ("episode_return", 0, "training episode return", "all"),
-    "curves_wall_clock.png": ("episode_return", 1, "training episode return", "all"),
-    "curves_episode_length.png": ("episode_length", 0, "training episode length", "all"),
-    "critic_loss.png": ("critic_loss", 0, "critic loss (ours)", "critics"),
-    "weight_change.png": ("critic/weight_change_rel", 0, "critic ‖W−W0‖/‖W0‖", "critics"),
+BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "headline": headline,
+    "lora-vs-dense": lora_vs_dense,
+    "tables": full_tables,
 }
-"""The figures write_report draws; `critics` keeps our critic families (peers lack the metric)."""
+"""The tables a page can embed, by the block name of its marker lines."""
 
 
-def plot(
-    results: dict[str, Any],
-    path: Path,
-    axis: int,
-    key: str = "episode_return",
-    ylabel: str = "training episode return",
-    methods: str = "all",
-) -> None:
-    """`key` vs env steps (axis 0) or vs wall-clock seconds (axis 1), one panel per task (tasks
-    with fewer than two plotted methods are left out when `methods` is `critics`)."""
-    import matplotlib
+def markdown(results: dict[str, Any]) -> str:
+    """results.md: where the numbers come from, then the BLOCKS tables."""
+    suite = results["suite"]
+    lines = [f"# bench learn: `{suite}` suite", ""]
+    if results.get("note"):
+        lines += [results["note"], ""]
+    if results.get("command"):
+        commit = results.get("commit") or "unknown"
+        lines += [f"Produced by `{results['command']}` at commit `{commit}`.", ""]
+    lines += [
+        f"Mean over seeds with the 95 % bootstrap CI in brackets. Final return: deterministic "
+        "evaluation at the end; AUC: mean training-episode return over the run; @N: training "
+        "return at N env steps; to threshold: env steps / wall seconds of the first logged return "
+        "at or above the task's threshold (runs that reached it / seeds). A page quotes a table "
+        f"between `<!-- BEGIN GENERATED: {suite} BLOCK -->` and `<!-- END GENERATED -->` lines "
+        f"(BLOCK one of {', '.join(BLOCKS)}).",
+        "",
+    ]
+    titles = ("Headline", "LoRA vs dense at the same width", "Full tables")
+    for title, (block, make) in zip(titles, BLOCKS.items(), strict=True):
+        lines += [f"## {title} (`{block}`)", "", make(results)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    peers = ("ppo", "sb3_td3", "sb3_sac")
-    tasks = {
-        name: task
-        for name, task in results["tasks"].items()
-        if methods == "all" or sum(m not in peers for m in task["methods"]) >= 2
-    }
-    if not tasks:
-        return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.2), squeeze=False)
-    for ax, (name, task) in zip(axes[0], tasks.items(), strict=True):
-        for method, data in task["methods"].items():
-            if methods == "critics" and method in peers:
-                continue
-            curves = []
-            for run in data["runs"]:
-                rows = bench_stats.read_rows(Path(run["run_dir"]) / "metrics.jsonl")
-                curves.append(bench_stats.curve(rows, key))
-            grid, mean, lo, hi = bench_stats.mean_curve(curves, axis)
-            if len(grid) == 0:
-                continue
-            (line,) = ax.plot(grid, mean, label=method, lw=1.2)
-            ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("env steps" if axis == 0 else "wall-clock s")
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+def rewrite_page(text: str, results: dict[str, Any]) -> tuple[str, int]:
+    """`text` with the suite's generated blocks redrawn from `results`, and how many there were."""
+    suite, count = results["suite"], 0
+
+    def redraw(m: re.Match[str]) -> str:
+        nonlocal count
+        if "<!-- BEGIN GENERATED" in m["body"]:
+            raise ConfigError(
+                f"bench learn report: the {m['suite']} {m['block']} block has no "
+                "`<!-- END GENERATED -->` line before the next BEGIN: add it"
+            )
+        if m["suite"] != suite:
+            return m[0]
+        if m["block"] not in BLOCKS:
+            raise ConfigError(
+                f"bench learn report: unknown block {m['block']!r} in a GENERATED marker: "
+                f"use one of {', '.join(BLOCKS)}"
+            )
+        count += 1
+        body = BLOCKS[m["block"]](results).rstrip("\n") + "\n"
+        return f"<!-- BEGIN GENERATED: {suite} {m['block']} -->\n{body}<!-- END GENERATED -->"
+
+    return MARKER.sub(redraw, text), count
+
+
+def page_blocks(text: str) -> dict[tuple[str, str], str]:
+    """(suite, block) → the text between the marker lines, for every generated block of a page."""
+    return {(m["suite"], m["block"]): m["body"] for m in MARKER.finditer(text)}
+
+
+def dumps(results: dict[str, Any]) -> str:
+    """results.json text: indented, with every list of numbers (a curve point, a CI) and every
+    list of such lists (a curve) on one line, so that ~50 runs' curves stay ~0.5 MB."""
+    text = json.dumps(results, indent=1)
+    flat = r"\[[^\[\]{}\"]*\]"
+    text = re.sub(flat, lambda m: re.sub(r"\s+", "", m[0]), text)
+    nested = rf"\[\s*{flat}(?:\s*,\s*{flat})*\s*\]"
+    return re.sub(nested, lambda m: re.sub(r"\s+", "", m[0]), text) + "\n"
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
-    """results.json, results.md and the PLOTS figures under `out`."""
+    """results.json, results.md and the plots under `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.json").write_text(dumps(results))
     (out / "results.md").write_text(markdown(results))
-    for name, (key, axis, ylabel, methods) in PLOTS.items():
-        plot(results, out / name, axis, key, ylabel, methods)
+    write_plots(results, out)
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A results.json written by `bench learn` (with its runs' curves)."""
+    if not path.is_file():
+        raise ConfigError(f"bench learn report: no file {path}: give a results.json path")
+    try:
+        results = json.loads(path.read_text())
+        runs = [
+            r for t in results["tasks"].values() for m in t["methods"].values() for r in m["runs"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(f"bench learn report: {path} is not a bench learn results.json") from None
+    if not all("curves" in r for r in runs):
+        raise ConfigError(
+            f"bench learn report: {path} has no run curves (written before results.json kept "
+            "them): rerun its `bench learn SUITE out=…` (finished runs are skipped, not rerun)"
+        )
+    return results
+
+
+def run_report(args: list[str]) -> int:
+    """`bench learn report RESULTS_JSON [page=FILE]`: results.md and the plots next to the JSON,
+    and the suite's generated blocks of FILE rewritten."""
+    if not args or "=" in args[0]:
+        raise ConfigError("bench learn report: give a results.json path first, then page=FILE")
+    path, page = Path(args[0]), None
+    for word in args[1:]:
+        key, eq, value = word.partition("=")
+        if key != "page" or not eq or not value:
+            raise ConfigError(
+                f"bench learn report: bad argument {word!r}: the one option is page=FILE"
+            )
+        page = Path(value)
+    results = load_results(path)
+    if page is not None:
+        if not page.is_file():
+            raise ConfigError(
+                f"bench learn report: no file page={page}: give the Markdown page to rewrite"
+            )
+        text, count = rewrite_page(page.read_text(), results)
+        if not count:
+            raise ConfigError(
+                f"bench learn report: page={page} has no `<!-- BEGIN GENERATED: "
+                f"{results['suite']} BLOCK -->` lines: add them where the tables go"
+            )
+    out = path.parent
+    (out / "results.md").write_text(markdown(results))
+    drawn = write_plots(results, out)
+    print(f"wrote {out / 'results.md'} and {len(drawn)} plots", flush=True)
+    if page is not None:
+        page.write_text(text)
+        print(f"rewrote {count} generated block(s) of {page}", flush=True)
+    return 0
