@@ -91,3 +91,47 @@ def test_bad_suite_or_option_is_a_one_line_error(capsys: pytest.CaptureFixture[s
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
     assert main(["bench", "learn", "smoke", "workers=two"]) == 2
     assert main(["bench", "learn", "smoke", "only=atari"]) == 2
+
+
+UNTUNED_KEYS = {"env.backend", "env.task", "env.num_envs", "total_steps", "seed", "critic"}
+"""What a new user sets: the task and its size, the budget, a seed (and the critic, for the
+headline critic's column). The rest of an untuned command only routes files and output."""
+PLUMBING = {"device", "run_dir", "progress", "export_at_end", "max_wall_s", "algo"}
+
+
+def test_untuned_suite_runs_ours_with_task_keys_only_and_gives_every_run_the_same_time() -> None:
+    runs = plan_runs(SUITES["untuned"], Path("/tmp/untuned"))
+    tasks = {r.task for r in runs}
+    assert {
+        "Hopper-v5",
+        "HalfCheetah-v5",
+        "Ant-v5",
+        "Humanoid-v5",
+        "Mjlab-Cartpole-Swingup",
+    } <= tasks
+    for run in runs:
+        if run.method.startswith("sb3_"):
+            assert "max_wall_s=600" in run.command, run.command
+            continue
+        keys = {w.partition("=")[0] for w in run.command[run.command.index("train") + 1 :]}
+        assert not any(k.startswith("experiment") for k in keys), run.command
+        assert keys <= UNTUNED_KEYS | PLUMBING, keys - UNTUNED_KEYS - PLUMBING
+        assert "max_wall_s=600" in run.command
+        cfg = compose_config(run.command[run.command.index("train") + 1 :])
+        assert cfg.algo.auto_value_range, run.command  # no preset fixed the support
+    peers = {(r.task, r.method) for r in runs if r.method.startswith("sb3_")}
+    gym = {"Hopper-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5"}
+    assert {(t, "sb3_td3") for t in gym} <= peers
+    assert {("HalfCheetah-v5", "sb3_sac"), ("Humanoid-v5", "sb3_sac")} <= peers
+
+
+def test_each_run_is_pinned_to_its_workers_core(tmp_path: Path) -> None:
+    import sys
+
+    from fast_lora_td3.bench.learn import RunSpec, execute
+
+    cmd = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    core = sorted(__import__("os").sched_getaffinity(0))[-1]
+    record = execute(RunSpec("t", "m", 1, tmp_path / "run", cmd), core=core)
+    assert record["rc"] == 0 and record["core"] == core
+    assert (tmp_path / "run" / "output.log").read_text().strip() == f"[{core}]"

@@ -100,3 +100,14 @@ def test_aggregate_over_seeds_and_mean_curve() -> None:
     assert grid.tolist() == [200.0, 400.0, 600.0, 800.0]
     assert mean.tolist() == [15.0, 35.0, 25.0, 65.0]
     assert lo.tolist() == [10.0, 30.0, 20.0, 60.0] and hi.tolist() == [20.0, 40.0, 30.0, 70.0]
+
+
+def test_wall_clock_marks_interpolate_in_seconds_and_aggregate_over_seeds() -> None:
+    m = run_metrics(ROWS, checkpoints=[], threshold=25.0, wall_marks=[3.5, 9.5, 10.5, 20.0])
+    # 3.5 s: halfway between 2 s (10) and 5 s (30); 9.5 s: between 9 s (20) and 10 s (60).
+    assert m["wall_returns"]["3.5"] == pytest.approx(20.0)
+    assert m["wall_returns"]["9.5"] == pytest.approx(40.0)
+    # 10.5 s: past the last episode (10 s) but the run reached 11 s: the last return holds.
+    assert m["wall_returns"]["10.5"] == 60.0 and m["wall_returns"]["20"] is None
+    agg = aggregate([m, m], [])
+    assert agg["wall_returns"]["3.5"]["mean"] == pytest.approx(20.0)

@@ -305,3 +305,17 @@ def test_dry_run_rejects_a_bad_compile_flag(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "compile=auto" in lines[0], result.stderr
+
+
+def test_max_wall_s_ends_the_run_like_total_steps(tmp_path: Path) -> None:
+    """A time budget stops early, then evaluates, checkpoints and logs the last row as at
+    total_steps."""
+    cfg = compose_config([*SMALL, "total_steps=80000000", "max_wall_s=1.5"])
+    trainer = Trainer(cfg, tmp_path)
+    row = trainer.train()
+    trainer.close()
+    assert 0 < trainer.iteration < trainer.iterations
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "eval_return" in row and last["env_steps"] == trainer.env_steps
+    steps = [step for step, _ in CheckpointManager(tmp_path / "checkpoints", 3).checkpoints()]
+    assert steps and steps[-1] == trainer.env_steps  # the last iteration was checkpointed

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
@@ -50,6 +51,13 @@ episode; 100 asks for clearly more than standing up (docs/RESULTS.md)."""
 G1_THRESHOLD = 10.0
 """g1_flat_cpu return threshold: the untrained policy earned 1.8 per episode (falls after ~76
 steps), measured as for Go1 (docs/RESULTS.md)."""
+
+UNTUNED_WALL_S = 600.0
+"""Wall-clock seconds per run of the `untuned` suite (one core each)."""
+UNTUNED_WALL_MARKS = (60.0, 300.0, 600.0)
+UNTUNED_CHECKPOINTS = (20_000, 50_000, 100_000)
+UNTUNED_STEP_CAP = 5_000_000
+"""Env-step cap of `untuned` runs: above what 600 s reach, so the wall clock ends them."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,18 @@ class TaskSpec:
     """Critic families run on this task; None: the suite's."""
     seeds: tuple[int, ...] | None = None
     """Seeds of this task; None: the suite's (a `seeds=` argument overrides both)."""
+    name: str = ""
+    """The task's name in results; empty: the preset's name."""
+    wall_s: float = 0.0
+    """Wall-clock budget of every run, in seconds on one core (ours: `max_wall_s`, SB3 peers the
+    same); `total_steps` is then only a cap. 0: the env-step budget alone."""
+    wall_marks: tuple[float, ...] = ()
+    """Wall-clock seconds at which the return is reported."""
+
+    @property
+    def key(self) -> str:
+        """The task's name in run directories and results."""
+        return self.name or self.preset
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,49 @@ SUITES = {
         workers=2,
         note="LoRA vs dense at the same width (the presets fix every family's size)",
     ),
+    # Issue 17: a new user's runs. Only the backend, task, env count, budget and seed are set (no
+    # preset, no tuned key); every run gets WALL_S seconds on its own core. ~51 runs, ~4.3 h with
+    # workers=2; run it in pieces (`only=`, `seeds=`): finished runs are skipped.
+    "untuned": Suite(
+        name="untuned",
+        tasks=(
+            *(
+                TaskSpec(
+                    "",
+                    UNTUNED_STEP_CAP,
+                    UNTUNED_CHECKPOINTS,
+                    threshold,
+                    peers,
+                    gym_id,
+                    overrides=("env.backend=gymnasium", f"env.task={gym_id}", "env.num_envs=16"),
+                    name=gym_id,
+                    wall_s=UNTUNED_WALL_S,
+                    wall_marks=UNTUNED_WALL_MARKS,
+                )
+                for gym_id, threshold, peers in (
+                    ("Hopper-v5", 1000.0, ("sb3_td3",)),
+                    ("HalfCheetah-v5", 1500.0, ("sb3_td3", "sb3_sac")),
+                    ("Ant-v5", 1000.0, ("sb3_td3",)),
+                    ("Humanoid-v5", 1000.0, ("sb3_td3", "sb3_sac")),
+                )
+            ),
+            TaskSpec(
+                "",
+                UNTUNED_STEP_CAP,
+                UNTUNED_CHECKPOINTS,
+                25.0,  # ~3x a random policy's 8.7 (tests/test_e2e_cartpole.py)
+                ("ppo",),
+                overrides=("env.task=Mjlab-Cartpole-Swingup", "env.num_envs=256"),
+                name="Mjlab-Cartpole-Swingup",
+                wall_s=UNTUNED_WALL_S,
+                wall_marks=UNTUNED_WALL_MARKS,
+            ),
+        ),
+        critics=("default", "simbav2_lora"),
+        seeds=(1, 2, 3),
+        workers=2,
+        note="a new user's runs: no preset, no tuned key, equal wall-clock per run on one core",
+    ),
 }
 
 
@@ -170,6 +233,17 @@ class RunSpec:
     seed: int
     run_dir: Path
     command: list[str] = field(default_factory=list)
+
+
+def _method_override(method: str) -> str:
+    """The override that selects a method of ours: `default` adds none (the untuned defaults)."""
+    if method == "default":
+        return ""
+    if method == "ppo":
+        return "algo=ppo"
+    if method == "fastsac":
+        return "algo=fastsac"
+    return f"critic={method}"
 
 
 def task_methods(suite: Suite, task: TaskSpec) -> tuple[str, ...]:
@@ -189,24 +263,29 @@ def plan_runs(suite: Suite, out: Path) -> list[RunSpec]:
     for task in suite.tasks:
         for method in task_methods(suite, task):
             for seed in task_seeds(suite, task):
-                run_dir = out / "runs" / task.preset / method / f"seed{seed}"
+                run_dir = out / "runs" / task.key / method / f"seed{seed}"
                 if method.startswith("sb3_"):
                     cmd = [*py, "fast_lora_td3.bench.peers", method, task.gym_id, str(seed)]
                     cmd += [str(task.total_steps), str(run_dir)]
                     if task.peer_learning_starts is not None:
                         cmd.append(f"learning_starts={task.peer_learning_starts}")
+                    if task.wall_s:
+                        cmd.append(f"max_wall_s={task.wall_s:g}")
                 else:
-                    choice = "algo=ppo" if method == "ppo" else f"critic={method}"
-                    cmd = [*py, "fast_lora_td3.cli", "train", f"experiment={task.preset}", choice]
+                    cmd = [*py, "fast_lora_td3.cli", "train"]
+                    cmd += [f"experiment={task.preset}"] if task.preset else []
+                    cmd += [_method_override(method)] if _method_override(method) else []
                     cmd += [f"seed={seed}", f"total_steps={task.total_steps}", "device=cpu"]
                     cmd += [f"run_dir={run_dir}", "progress=false", "export_at_end=false"]
+                    cmd += [f"max_wall_s={task.wall_s:g}"] if task.wall_s else []
                     cmd += list(task.overrides)
-                runs.append(RunSpec(task.preset, method, seed, run_dir, cmd))
+                runs.append(RunSpec(task.key, method, seed, run_dir, cmd))
     return runs
 
 
-def execute(run: RunSpec) -> dict[str, Any]:
-    """Run one process (unless already done); its output goes to run_dir/output.log."""
+def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
+    """Run one process (unless already done) pinned to `core` when given; its output goes to
+    run_dir/output.log."""
     done = run.run_dir / DONE_FILE
     if done.exists():
         return json.loads(done.read_text())
@@ -214,8 +293,13 @@ def execute(run: RunSpec) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     t0 = time.perf_counter()
     with (run.run_dir / "output.log").open("w") as log:
-        rc = subprocess.call(run.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+        rc = subprocess.call(
+            run.command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin
+        )
     record = {"rc": rc, "process_s": time.perf_counter() - t0, "command": run.command}
+    if core is not None:
+        record["core"] = core
     if rc == 0:
         done.write_text(json.dumps(record))
     return record
@@ -227,8 +311,18 @@ def run_suite(suite: Suite, out: Path, workers: int | None = None) -> list[dict[
     n = workers or suite.workers
     print(f"bench learn {suite.name}: {len(runs)} runs, {n} at a time, into {out}", flush=True)
 
+    # Each worker owns one core, so runs never share one (wall-clock budgets stay comparable).
+    cores: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+    available = sorted(os.sched_getaffinity(0))
+    for i in range(n):
+        cores.put(available[i] if n <= len(available) else None)
+
     def one(run: RunSpec) -> dict[str, Any]:
-        record = execute(run)
+        core = cores.get()
+        try:
+            record = execute(run, core)
+        finally:
+            cores.put(core)
         status = "ok" if record["rc"] == 0 else f"FAILED rc={record['rc']} (see output.log)"
         print(f"  {run.task} {run.method} seed {run.seed}: {status}", flush=True)
         return {**asdict(run), "run_dir": str(run.run_dir), **record}
@@ -251,11 +345,11 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
     for task in suite.tasks:
         per_method: dict[str, Any] = {}
         for method in task_methods(suite, task):
-            mine = [r for r in records if r["task"] == task.preset and r["method"] == method]
+            mine = [r for r in records if r["task"] == task.key and r["method"] == method]
             runs = []
             for r in mine:
                 rows = bench_stats.read_rows(Path(r["run_dir"]) / "metrics.jsonl")
-                m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold)
+                m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold, task.wall_marks)
                 runs.append({"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m})
                 runs[-1]["curves"] = run_curves(rows)
             per_method[method] = {
@@ -269,7 +363,7 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
                     f"{key}_diff_ci95": _diff_ci(per_method, lora, dense, key)
                     for key in ("final_eval_return", "auc_return")
                 }
-        tasks[task.preset] = {
+        tasks[task.key] = {
             "spec": asdict(task),
             "methods": per_method,
             "lora_vs_dense": comparisons,
@@ -332,10 +426,10 @@ def run_bench_learn(args: list[str]) -> int:
         raise ConfigError("bench learn: seeds=1,2,3 and workers=N take integers") from None
     if opts["only"]:
         keep = set(opts["only"].split(","))
-        unknown = keep - {t.preset for t in suite.tasks}
+        unknown = keep - {t.key for t in suite.tasks}
         if unknown:
             raise ConfigError(f"bench learn: only={','.join(sorted(unknown))} not in the suite")
-        suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.preset in keep))
+        suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.key in keep))
     out = Path(opts["out"])
     records = run_suite(suite, out, workers)
     command = " ".join(["fast-lora-td3", "bench", "learn", *args])

@@ -1,6 +1,7 @@
 """Stable-Baselines3 TD3 / SAC peers for `bench learn`, writing our metrics.jsonl format.
 
-`python -m fast_lora_td3.bench.peers sb3_td3 TASK SEED TOTAL_STEPS RUN_DIR [learning_starts=N]`
+`python -m fast_lora_td3.bench.peers sb3_td3 TASK SEED TOTAL_STEPS RUN_DIR [learning_starts=N]
+[max_wall_s=S]` (max_wall_s: stop learning after S seconds, then evaluate, as our `max_wall_s`).
 
 Hyperparameters: rl-baselines3-zoo's MuJoCo defaults (hyperparams/td3.yml and sac.yml, the
 `mujoco-defaults` anchor of HalfCheetah-v4, which Hopper etc. inherit). TD3: MlpPolicy
@@ -45,6 +46,7 @@ def run_sb3_peer(
     total_steps: int,
     run_dir: Path,
     learning_starts: int | None = None,
+    max_wall_s: float = 0.0,
 ) -> dict[str, Any]:
     """Train one SB3 peer; writes run_dir/metrics.jsonl and returns the last row."""
     import gymnasium as gym
@@ -99,7 +101,7 @@ def run_sb3_peer(
                 or time.perf_counter() - state["last_t"] >= LOG_EVERY_S
             ):
                 flush_row(steps)
-            return True
+            return not (max_wall_s > 0 and time.perf_counter() - t0 >= max_wall_s)
 
     try:
         model.learn(total_timesteps=total_steps, callback=Rows())
@@ -118,13 +120,15 @@ def run_sb3_peer(
 def main(argv: list[str]) -> int:
     """`bench_peers PEER TASK SEED TOTAL_STEPS RUN_DIR [learning_starts=N]`."""
     peer, task, seed, total, run_dir, *rest = argv
-    starts = None
+    opts: dict[str, str] = {}
     for word in rest:
         key, _, value = word.partition("=")
-        if key != "learning_starts":
+        if key not in ("learning_starts", "max_wall_s"):
             raise SystemExit(f"bench_peers: unknown option {word!r}")
-        starts = int(value)
-    row = run_sb3_peer(peer, task, int(seed), int(total), Path(run_dir), starts)
+        opts[key] = value
+    starts = int(opts["learning_starts"]) if "learning_starts" in opts else None
+    wall = float(opts.get("max_wall_s", 0.0))
+    row = run_sb3_peer(peer, task, int(seed), int(total), Path(run_dir), starts, wall)
     print(f"done: {run_dir} (eval_return={row['eval_return']:.4g})", flush=True)
     return 0
 

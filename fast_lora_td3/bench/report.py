@@ -76,7 +76,8 @@ def headline(results: dict[str, Any]) -> str:
     )
     for name, task in results["tasks"].items():
         spec = task["spec"]
-        label = f"{name} ({spec['total_steps']:,}; threshold {spec['threshold']:g})"
+        budget = f"{spec['wall_s']:g} s" if spec.get("wall_s") else f"{spec['total_steps']:,}"
+        label = f"{name} ({budget}; threshold {spec['threshold']:g})"
         for method, data in task["methods"].items():
             s = data["summary"]
             reach = f"{_ci(s['steps_to_threshold'])} / {_ci(s['seconds_to_threshold'])}"
@@ -127,6 +128,13 @@ def lora_vs_dense(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _budget(spec: dict[str, Any]) -> str:
+    """A task's budget in words: env steps, or wall-clock seconds per run when it has one."""
+    if spec.get("wall_s"):
+        return f"{spec['wall_s']:g} s per run on one core"
+    return f"{spec['total_steps']:,} env steps"
+
+
 def full_tables(results: dict[str, Any]) -> str:
     """Per task, every method's returns, speed, critic loss, weight change and adapter norms."""
     lines = []
@@ -134,10 +142,12 @@ def full_tables(results: dict[str, Any]) -> str:
         spec = task["spec"]
         cps = [str(c) for c in spec["checkpoints"]]
         lines += [
-            f"### {name} ({spec['total_steps']:,} env steps, threshold {spec['threshold']:g})",
+            f"### {name} ({_budget(spec)}, threshold {spec['threshold']:g})",
             "",
         ]
+        marks = [f"{m:g}" for m in spec.get("wall_marks") or ()]
         head = ["method", "seeds", "final return", "AUC", *[f"@{c}" for c in cps]]
+        head += [f"@{m} s" for m in marks]
         head += ["to threshold (steps / s)", "wall-clock s", "critic loss", "‖ΔW‖ rel", "‖ΔW_LoRA‖"]
         lines += _head(head)
         for method, data in task["methods"].items():
@@ -149,6 +159,7 @@ def full_tables(results: dict[str, Any]) -> str:
             )
             cells = [method, str(s["seeds"]), _fmt(s["final_eval_return"]), _fmt(s["auc_return"])]
             cells += [_fmt(s["checkpoint_returns"][c]) for c in cps]
+            cells += [_fmt(s.get("wall_returns", {}).get(m)) for m in marks]
             cells += [ttt, _fmt(s["wall_time_s"], 3), _fmt(s["final_critic_loss"], 3)]
             cells += [_fmt(s["weight_change_rel"], 3), _fmt(s["adapter_delta_norm"], 3)]
             lines.append(_row(cells))

@@ -62,13 +62,16 @@ def value_at(points: np.ndarray, x: float, axis: int = 0) -> float | None:
     return float(np.interp(x, points[:, axis], points[:, 2]))
 
 
-def checkpoint_return(points: np.ndarray, steps: float, run_end: float) -> float | None:
-    """Return at `steps` env steps: interpolated on the curve; between the curve's last point and
-    the run's last row (`run_end`) the last logged return (no episode ended since); else None."""
-    inside = value_at(points, steps)
+def checkpoint_return(
+    points: np.ndarray, steps: float, run_end: float, axis: int = 0
+) -> float | None:
+    """Return at `steps` env steps (axis 0; wall-clock seconds with axis 1): interpolated on the
+    curve; between the curve's last point and the run's last row (`run_end`) the last logged
+    return (no episode ended since); else None."""
+    inside = value_at(points, steps, axis)
     if inside is not None or len(points) == 0:
         return inside
-    return float(points[-1, 2]) if points[-1, 0] < steps <= run_end else None
+    return float(points[-1, 2]) if points[-1, axis] < steps <= run_end else None
 
 
 def auc_return(points: np.ndarray) -> float | None:
@@ -131,9 +134,15 @@ def summarize(values: Sequence[float | None]) -> dict[str, Any]:
     return {"mean": float(np.mean(v)) if v else None, "ci95": list(ci) if ci else None, "n": len(v)}
 
 
-def run_metrics(rows: Sequence[dict[str, Any]], checkpoints: Sequence[int], threshold: float):
-    """Per-run numbers: final returns, AUC, checkpoint returns, time to threshold and the
-    LoRA-vs-dense metrics (critic loss, weight change, adapter norms)."""
+def run_metrics(
+    rows: Sequence[dict[str, Any]],
+    checkpoints: Sequence[int],
+    threshold: float,
+    wall_marks: Sequence[float] = (),
+):
+    """Per-run numbers: final returns, AUC, returns at env-step checkpoints and wall-clock marks
+    (seconds), time to threshold and the LoRA-vs-dense metrics (critic loss, weight change,
+    adapter norms)."""
     pts = curve(rows)
     evals = curve(rows, "eval_return")
     end = rows[-1] if rows else {}
@@ -150,6 +159,10 @@ def run_metrics(rows: Sequence[dict[str, Any]], checkpoints: Sequence[int], thre
         "auc_return": auc_return(pts),
         "checkpoint_returns": {
             str(c): checkpoint_return(pts, c, end.get("env_steps", 0)) for c in checkpoints
+        },
+        "wall_returns": {
+            f"{s:g}": checkpoint_return(pts, s, end.get("wall_time_s") or 0.0, axis=1)
+            for s in wall_marks
         },
         "steps_to_threshold": ttt[0] if ttt else None,
         "seconds_to_threshold": ttt[1] if ttt else None,
@@ -183,6 +196,8 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> dic
     out["checkpoint_returns"] = {
         str(c): summarize([r["checkpoint_returns"][str(c)] for r in runs]) for c in checkpoints
     }
+    marks = runs[0].get("wall_returns", {}) if runs else {}
+    out["wall_returns"] = {m: summarize([r["wall_returns"][m] for r in runs]) for m in marks}
     return out
 
 

@@ -106,6 +106,10 @@ class TrainConfig:
     """Name of the preset under configs/experiment/ that was applied (informational)."""
     total_steps: int = 100_000_000
     """Environment steps to train for, summed over all envs (iterations = total_steps / num_envs)."""
+    max_wall_s: float = 0.0
+    """Also stop after this many seconds of training in this process (0: no limit), then evaluate,
+    checkpoint and export as at total_steps. A time budget for benchmarks and queue slots; a cosine
+    schedule still follows total_steps."""
     seed: int = 1
     """Global seed (torch, numpy, python, simulator); rank r uses seed + r."""
     device: str = "auto"
@@ -174,6 +178,10 @@ class TrainConfig:
         check_choice("nan_action", self.nan_action, ("stop", "skip"))
         if self.total_steps <= 0:
             raise ConfigError(f"total_steps must be > 0 (got {self.total_steps})")
+        if not self.max_wall_s >= 0:  # also rejects NaN
+            raise ConfigError(
+                f"max_wall_s must be >= 0 seconds, 0 for no limit (got {self.max_wall_s})"
+            )
         if self.log_interval <= 0:
             raise ConfigError(f"log_interval must be > 0 iterations (got {self.log_interval})")
 

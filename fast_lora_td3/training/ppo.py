@@ -145,6 +145,7 @@ def run_ppo(cfg: TrainConfig) -> int:
     done_its = 0
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     window_start, window_its = time.perf_counter(), 0
+    deadline = window_start + cfg.max_wall_s if cfg.max_wall_s > 0 else float("inf")
     try:
         while done_its < iterations:
             # One PPO iteration per learn() call, so rows can also be written on a time basis
@@ -153,7 +154,8 @@ def run_ppo(cfg: TrainConfig) -> int:
             done_its += 1
             window_its += 1
             elapsed = time.perf_counter() - window_start
-            at_interval = done_its % chunk == 0 or done_its >= iterations
+            out_of_time = time.perf_counter() >= deadline  # max_wall_s: last iteration
+            at_interval = done_its % chunk == 0 or done_its >= iterations or out_of_time
             if not at_interval and not 0 < cfg.log_interval_s <= elapsed:
                 continue
             n, window_start, window_its = window_its, time.perf_counter(), 0
@@ -165,7 +167,7 @@ def run_ppo(cfg: TrainConfig) -> int:
             if last_losses:
                 row["critic_loss"] = float(last_losses["value"])
                 row["surrogate_loss"] = float(last_losses["surrogate"])
-            is_last = done_its >= iterations
+            is_last = done_its >= iterations or out_of_time
             if ((eval_every and done_its % eval_every < n) or is_last) and not single_instance:
                 if eval_env is None:
                     eval_cfg = dataclasses.replace(
@@ -183,6 +185,8 @@ def run_ppo(cfg: TrainConfig) -> int:
             logger.log(row, env_steps=done_its * steps_per_it)
             if at_interval:
                 runner.save(str(run_dir / "checkpoints" / f"ppo_{done_its * steps_per_it:012d}.pt"))
+            if is_last:
+                break
         print(
             f"done: {run_dir} (eval_return={row.get('eval_return', float('nan')):.4g})", flush=True
         )

@@ -138,6 +138,8 @@ class Trainer:
             cfg.log_interval, cfg.log_interval_s, self.num_envs, poll_s=FIRST_EPISODE_POLL_S
         )
         self.value_watch = ValueRangeWatch(algo.support_bounds(), algo.auto_value_range)
+        self.stopping = False
+        """Whether the current iteration is the run's last (total_steps or max_wall_s reached)."""
         self.finite_guard = FiniteGuard(
             cfg.nan_check_interval,
             cfg.nan_action,
@@ -256,17 +258,31 @@ class Trainer:
                 resume_step=self.env_steps if self.iteration > 0 else None,
             )
         self.window.start(self.iteration)
+        deadline = time.perf_counter() + self.cfg.max_wall_s if self.cfg.max_wall_s > 0 else None
         while self.iteration < self.iterations:
             result = self._collect()
             self.iteration += 1
             self._update()
             self.finite_guard.observe(self.iteration, result, self.window.losses)
-            is_last = self.iteration >= self.iterations
+            is_last = self.stopping = self.iteration >= self.iterations or self._past(deadline)
             self._evaluate_and_log(is_last)
             if self.rank == 0 and self.checkpoints.due(self.iteration, last=is_last):
                 self.save_checkpoint()
             self._stop_if_preempted()
+            if is_last:
+                break
         return self.window.last_row
+
+    def _past(self, deadline: float | None) -> bool:
+        """Whether the `max_wall_s` budget is spent. Ranks decide together, at log boundaries
+        (a collective every iteration would cost more than the check is worth)."""
+        if deadline is None:
+            return False
+        if not self.dist.enabled:
+            return time.perf_counter() >= deadline
+        if self.iteration % self.cfg.log_interval:
+            return False
+        return self.dist.any_true(time.perf_counter() >= deadline)
 
     def _stop_if_preempted(self) -> None:
         """After a preemption signal: checkpoint (rank 0) and raise Preempted."""
@@ -339,8 +355,7 @@ class Trainer:
             row["episode_length"] = float(episodes["mean_length"])
             self.window.episode_logged = True
         row.update(self.window.time_fractions())
-        is_last = self.iteration >= self.iterations
-        if is_last or self.window.rows % WEIGHT_STATS_EVERY_ROWS == 0:  # this row is rows + 1
+        if self.stopping or self.window.rows % WEIGHT_STATS_EVERY_ROWS == 0:  # this row is rows + 1
             with torch.no_grad():
                 stats = self.learner.adapter_norms()
                 stats.update(weight_change_norms(self.learner.critic, self._critic_init))
