@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,16 @@ CONTRACT_FORMAT = "fast_lora_td3.policy/1"
 VERIFY_ATOL = 1e-5
 """Largest |ONNX − torch| and |TorchScript − torch| accepted when exporting."""
 EXPORT_FILES = {"onnx": "onnx", "torchscript": "pt", "json": "json"}
+
+
+@dataclass
+class ExportArgs:
+    """The keys `export` reads itself; every other key=value overrides the run's saved config."""
+
+    checkpoint: str | None = None
+    """Checkpoint file, or a run directory (its latest checkpoint) whose policy is exported."""
+    out: str | None = None
+    """Output directory of policy.onnx, policy.pt and policy.json (default: <run>/exported)."""
 
 
 class DeployedPolicy(nn.Module):
