@@ -86,6 +86,14 @@ def test_isaac_lab_order_of_flags(recorded: dict) -> None:
     assert recorded["train"] == ["env.task=X", "env.num_envs=64", "seed=2"]
 
 
+def test_isaac_lab_command_line_runs(tmp_path: Path) -> None:
+    """The issue's command line, flags first, through the real console entry point."""
+    flags = ["--task", "PointMassAsym-v0", "--num_envs", "8", "--headless", "--seed=4"]
+    res = cli("train", *flags, "env.backend=dummy", "device=cpu", "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "env=dummy:PointMassAsym-v0 num_envs=8" in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
