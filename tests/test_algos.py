@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from learner_helpers import ACT, OBS, bandit_batch, make, small_critic
@@ -284,3 +286,25 @@ def test_simbav2_rows_stay_unit_through_learner_updates(algo_name: str) -> None:
             for m in layers:
                 norms = torch.linalg.vector_norm(m.effective_weight().detach().double(), dim=-1)
                 torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("algo_name", ["fasttd3", "fastsac"])
+def test_cosine_schedule_before_the_first_actor_step_is_quiet(algo_name: str) -> None:
+    """A valid `algo.lr_min`: the schedule advances per env step, the delayed actor has not
+    stepped yet; no PyTorch order warning, and the critic and actor LRs both moved."""
+    algo = AlgoConfig(name=algo_name, num_atoms=51, v_min=-5.0, v_max=5.0, batch_size=64)
+    algo.lr_min = 1e-5
+    learner = make_learner(
+        algo, small_critic("mlp"), ActorConfig(hidden_dims=[32, 32]), OBS, OBS, ACT, "cpu", 10
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learner.critic_update(bandit_batch(32))  # the critic stepped, the actor not yet
+        learner.step_schedulers()
+        warnings.warn("still shown", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["still shown"]
+    for opt, lr in (
+        (learner.critic_optimizer, algo.critic_lr),
+        (learner.actor_optimizer, algo.actor_lr),
+    ):
+        assert float(opt.param_groups[0]["lr"]) < lr

@@ -4,11 +4,14 @@ episode stats over it (CPU)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from fast_lora_td3.envs import EnvConfig, StepResult, VecEnv, make_env
+from fast_lora_td3.envs import EnvConfig, StepResult, VecEnv, make_env, mjlab_env
 from fast_lora_td3.errors import ConfigError
 
 pytestmark = pytest.mark.mjlab
@@ -208,3 +211,27 @@ def test_unknown_mjlab_task_lists_close_matches() -> None:
     with pytest.raises(ConfigError, match="Mjlab-Cartpole-Swingup") as exc:
         make_env(EnvConfig(backend="mjlab", task="Mjlab-Cartpole-Swingupp", num_envs=2))
     assert "\n" not in str(exc.value)
+
+
+def test_manager_tables_print_once_per_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A training env and an eval env: mjlab's environment and manager tables appear once."""
+    monkeypatch.setattr(mjlab_env, "_TABLES_PRINTED", False)  # as in a fresh process
+    capsys.readouterr()
+    for num_envs in (3, 2):
+        _make(CARTPOLE, num_envs, 0.2).close()
+    out = capsys.readouterr().out
+    assert out.count("Base Environment") == 1, out
+    assert out.count("[INFO] <ActionManager>") == 1, out
+
+
+def test_importing_mjlab_shows_no_torch_jit_notice() -> None:
+    """mjlab `torch.jit.script`s its math helpers at import; torch's notice is not the user's."""
+    code = "from fast_lora_td3.envs.mjlab_env import mjlab_task_ids; mjlab_task_ids()"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    assert "torch.jit" not in res.stderr, res.stderr

@@ -4,6 +4,7 @@ the ONNX policy drives mjlab cartpole to the torch policy's return (sim-to-sim).
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,28 @@ def test_onnx_policy_drives_mjlab_cartpole_like_torch(tmp_path: Path) -> None:
     contract = json.loads(paths["json"].read_text())
     assert contract["joint_names"] == ["slider"] and contract["control_dt"] > 0
     assert sum(t["size"] for t in contract["observation_layout"]) == env.obs_dim
+
+
+class _WarningActor(torch.nn.Module):
+    """An actor that warns while it is traced: export must let such a warning through."""
+
+    def __init__(self, actor: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_tracing():  # ONNX export and torch.jit.trace trace the policy
+            warnings.warn("actor says hello", UserWarning, stacklevel=1)
+        return self.inner(obs)
+
+
+def test_export_drops_only_torchs_exporter_notices(tmp_path: Path) -> None:
+    """torch.jit's FutureWarnings and the legacy-ONNX notices are dropped, nothing else."""
+    cfg, learner = trained_like_learner("fasttd3", "mlp")
+    learner.actor = _WarningActor(learner.actor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_policy(learner, FakeEnv(), tmp_path, cfg, step=1)
+    messages = [str(w.message) for w in caught]
+    assert "actor says hello" in messages
+    assert not [m for m in messages if "torch.jit" in m or "legacy TorchScript" in m], messages

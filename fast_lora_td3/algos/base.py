@@ -7,6 +7,7 @@ A learner owns everything the update touches. Its `critic_update` / `actor_step`
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +30,9 @@ from fast_lora_td3.nn.distributional import C51Support, expected_value
 from fast_lora_td3.nn.layers import project_weights_
 from fast_lora_td3.nn.normalizer import EmpiricalNormalizer
 from fast_lora_td3.nn.reward_scaler import RewardScaler
+
+SCHEDULER_ORDER_WARNING = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"
+"""PyTorch's warning when a schedule advances before its optimiser's first step."""
 
 
 class OffPolicyLearner(ABC):
@@ -180,8 +184,11 @@ class OffPolicyLearner(ABC):
 
     def step_schedulers(self) -> None:
         """Called once per environment step (the recipe's schedule unit)."""
-        for s in self.schedulers:
-            s.step()
+        with warnings.catch_warnings():
+            # The schedule counts env steps: the actor's may advance before its first (delayed) step.
+            warnings.filterwarnings("ignore", message=SCHEDULER_ORDER_WARNING, category=UserWarning)
+            for s in self.schedulers:
+                s.step()
 
     def update_normalizers(self, obs: Tensor, critic_obs: Tensor) -> None:
         """Update running statistics from rollout observations only (replayed samples would count

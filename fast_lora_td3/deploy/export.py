@@ -6,11 +6,14 @@ It never contains the critic or any LoRA part.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import subprocess
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,34 @@ CONTRACT_FORMAT = "fast_lora_td3.policy/1"
 VERIFY_ATOL = 1e-5
 """Largest |ONNX − torch| and |TorchScript − torch| accepted when exporting."""
 EXPORT_FILES = {"onnx": "onnx", "torchscript": "pt", "json": "json"}
+TORCH_EXPORT_NOTICES = (
+    (FutureWarning, r"`torch\.jit\.\w+` is deprecated"),
+    (DeprecationWarning, r"You are using the legacy TorchScript-based ONNX export"),
+    (DeprecationWarning, r"The feature will be removed"),
+    (UserWarning, r"Constant folding - Only steps=1 can be constant folded"),
+)
+"""torch's notices on the TorchScript and legacy ONNX exporters, which export uses on purpose (the
+file formats are stable), and the ONNX optimiser's note that a strided slice stays unfolded (the
+graph is checked against torch after export anyway); every other warning still reaches the user."""
+
+
+@contextlib.contextmanager
+def quiet_torch_export_notices() -> Iterator[None]:
+    """Drop exactly `TORCH_EXPORT_NOTICES` inside the block."""
+    with warnings.catch_warnings():
+        for category, message in TORCH_EXPORT_NOTICES:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
+
+
+@dataclass
+class ExportArgs:
+    """The keys `export` reads itself; every other key=value overrides the run's saved config."""
+
+    checkpoint: str | None = None
+    """Checkpoint file, or a run directory (its latest checkpoint) whose policy is exported."""
+    out: str | None = None
+    """Output directory of policy.onnx, policy.pt and policy.json (default: <run>/exported)."""
 
 
 class DeployedPolicy(nn.Module):
@@ -109,8 +140,7 @@ def verify_export(
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit's deprecation notice; the file format is stable
+    with quiet_torch_export_notices():
         scripted = torch.jit.load(str(pt_path), map_location="cpu")
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
@@ -146,8 +176,7 @@ def export_policy(learner: Any, env: Any, out_dir: Path, cfg: Any, step: int) ->
     paths = {kind: out_dir / f"policy.{ext}" for kind, ext in EXPORT_FILES.items()}
     tmp_onnx, tmp_pt = out_dir / ".policy.onnx.export", out_dir / ".policy.pt.export"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_torch_export_notices():
             torch.onnx.export(
                 policy,
                 (example,),

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fast_lora_td3.config.compose import compose_config
+from fast_lora_td3.config.cpu_defaults import explicit_keys
 from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.config.validate import resolve_runtime
 from fast_lora_td3.deploy.export import read_onnx_metadata
@@ -19,6 +21,34 @@ from fast_lora_td3.deploy.inference import (
     split_overrides,
 )
 from fast_lora_td3.errors import ConfigError
+
+
+@dataclass
+class PlayArgs:
+    """The keys `play` reads itself; every other key=value overrides the run's saved config."""
+
+    checkpoint: str | None = None
+    """Checkpoint file, or a run directory (its latest checkpoint), to play with torch."""
+    exported: str | None = None
+    """An exported policy.onnx to play with onnxruntime (with checkpoint= too: both, compared)."""
+    episodes: int = 1
+    """Deterministic episodes to run, episode i from a reset seeded with the seed + i."""
+    video_length: int = 200
+    """Frames per video under env.video=true (written to <run>/videos/play_<policy>.mp4)."""
+
+
+def play_num_envs(cfg: TrainConfig, overrides: list[str]) -> int:
+    """The envs play runs: `env.num_envs` (`--num_envs`) when the command line sets it, else the
+    run's `eval.num_envs` (the training env count would be far too many to watch)."""
+    keys = explicit_keys(overrides)
+    if "env.num_envs" not in keys:
+        return cfg.eval.num_envs
+    if "eval.num_envs" in keys and cfg.eval.num_envs != cfg.env.num_envs:
+        raise ConfigError(
+            f"env.num_envs={cfg.env.num_envs} and eval.num_envs={cfg.eval.num_envs}: play runs one "
+            "set of envs; give one of them (--num_envs N sets env.num_envs)"
+        )
+    return cfg.env.num_envs
 
 
 def onnx_policy(path: Path, device: torch.device) -> Any:
@@ -72,12 +102,12 @@ def run_play(overrides: list[str]) -> int:
     else:
         cfg, state = config_from_exported(exported, rest), None
     try:
-        episodes = int(own.get("episodes", 1))
+        episodes = int(own.get("episodes", PlayArgs.episodes))
     except ValueError:
         raise ConfigError(f"episodes={own['episodes']!r} must be an integer >= 1") from None
     if episodes < 1:
         raise ConfigError(f"episodes={episodes} must be an integer >= 1")
-    cfg.env.num_envs = cfg.eval.num_envs
+    cfg.env.num_envs = play_num_envs(cfg, rest)
     torch.manual_seed(cfg.seed)
     env = make_env(cfg.env)
     try:
@@ -116,7 +146,7 @@ def _record(policies: dict[str, Any], env: Any, own: dict[str, str], source: Pat
     from fast_lora_td3.runs.video import record_video
 
     try:
-        length = int(own.get("video_length", 200))
+        length = int(own.get("video_length", PlayArgs.video_length))
     except ValueError:
         raise ConfigError(f"video_length={own['video_length']!r} must be an integer") from None
     run_dir = source.parent.parent

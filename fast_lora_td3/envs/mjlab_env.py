@@ -9,7 +9,10 @@ have done inside ``step()``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,15 +39,42 @@ def _quiet_warp() -> None:
     warp.config.quiet = os.environ.get("FAST_LORA_TD3_WARP_VERBOSE", "0") != "1"
 
 
+MJLAB_JIT_NOTICE = r"`torch\.jit\.script` is deprecated"
+"""torch's notice on mjlab's `torch.jit.script`ed math helpers, shown at import on every run."""
+_TABLES_PRINTED = False
+"""Whether an mjlab env of this process printed its environment and manager tables already."""
+
+
+@contextlib.contextmanager
+def _tables_once() -> Iterator[None]:
+    """mjlab prints its environment and manager tables for every env it builds; let the first env
+    of the process print them (the eval env's would repeat the training env's)."""
+    global _TABLES_PRINTED
+    import mjlab.envs.manager_based_rl_env as rl_env
+
+    if not _TABLES_PRINTED:
+        _TABLES_PRINTED = True
+        yield
+        return
+    shown = rl_env.print_info
+    rl_env.print_info = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        rl_env.print_info = shown
+
+
 def mjlab_task_ids() -> list[str]:
     """All task ids in mjlab's registry, including ours (importing registers them)."""
     _quiet_warp()
-    import mjlab.tasks  # noqa: F401  (import side effect: registers the stock tasks)
-    from mjlab.tasks.registry import list_tasks
+    with warnings.catch_warnings():  # the first import of mjlab in the process happens here
+        warnings.filterwarnings("ignore", message=MJLAB_JIT_NOTICE, category=FutureWarning)
+        import mjlab.tasks  # noqa: F401  (import side effect: registers the stock tasks)
+        from mjlab.tasks.registry import list_tasks
 
-    from fast_lora_td3.tasks import register_mjlab_tasks
+        from fast_lora_td3.tasks import register_mjlab_tasks
 
-    register_mjlab_tasks()  # FastLoRA-* ids (idempotent; also an import side effect)
+        register_mjlab_tasks()  # FastLoRA-* ids (idempotent; also an import side effect)
     return list_tasks()
 
 
@@ -55,10 +85,10 @@ class MjlabVecEnv:
 
     def __init__(self, cfg: EnvConfig) -> None:
         """Build the mjlab env for ``cfg.task`` with ``cfg.num_envs`` envs on ``cfg.device``."""
+        mjlab_task_ids()  # imports mjlab quietly and populates the registry before load_env_cfg
         from mjlab.envs import ManagerBasedRlEnv
         from mjlab.tasks.registry import load_env_cfg
 
-        mjlab_task_ids()  # make sure the registry is populated before load_env_cfg
         env_cfg = load_env_cfg(cfg.task)
         env_cfg.scene.num_envs = cfg.num_envs
         env_cfg.seed = cfg.seed
@@ -67,7 +97,8 @@ class MjlabVecEnv:
             env_cfg.episode_length_s = float(cfg.episode_length_s)
         render_mode = "rgb_array" if cfg.video else cfg.render_mode
         self.cfg = cfg
-        self.env = ManagerBasedRlEnv(env_cfg, device=cfg.device, render_mode=render_mode)
+        with _tables_once():
+            self.env = ManagerBasedRlEnv(env_cfg, device=cfg.device, render_mode=render_mode)
         self.num_envs = int(self.env.num_envs)
         self.device = torch.device(self.env.device)
         self.max_episode_length = int(self.env.max_episode_length)
