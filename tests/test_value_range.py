@@ -120,3 +120,18 @@ def test_fixed_support_below_the_returns_warns_and_the_automatic_range_does_not(
     assert max(r["value/end_mass_high"] for r in late) < 0.02
     assert all(r["value/reward_scale"] > 1.0 for r in late)  # returns of tens scaled down
     assert all(0.0 < r["value/q_max_pos"] < 0.9 for r in late)
+
+
+def test_fastsac_rows_carry_what_a_sac_user_reads(tmp_path: Path) -> None:
+    """α, entropy against its target, the critic's end-atom share and saturated actions."""
+    overrides = [*SMALL, "algo=fastsac", "algo.batch_size=64", "algo.buffer_size=64"]
+    overrides += ["algo.n_step=3", "algo.num_updates=2", "total_steps=800"]
+    trainer = Trainer(compose_config(overrides), tmp_path)
+    trainer.train()
+    trainer.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    row = next(r for r in reversed(rows) if "alpha" in r)
+    for key in ("alpha", "entropy", "entropy_target", "policy_entropy", "value/end_mass_high"):
+        assert math.isfinite(row[key]), key
+    assert row["entropy_target"] == 0.0 and "value/reward_scale" in row
+    assert 0.0 <= row["actor/saturated_actions"] <= 1.0

@@ -81,6 +81,8 @@ class FastSACLearner(OffPolicyLearner):
             "alpha": self.log_alpha.detach().exp(),
             "alpha_loss": alpha_loss.detach(),
             "entropy": -next_log_prob.mean(),
+            # Auto-α steers the entropy to this: a row shows how far it is (in the critic's units).
+            "entropy_target": torch.full((), self.algo.target_entropy, device=self.device),
         }
         return loss + (alpha_loss if self.algo.autotune_alpha else 0.0), metrics
 
