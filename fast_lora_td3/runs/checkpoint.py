@@ -278,15 +278,23 @@ class CheckpointManager:
         out += [p for _, p in reversed(self.checkpoints()) if p not in out]
         return out
 
-    def latest(self) -> Path | None:
-        """The checkpoint to resume from: the pointer's target, else the newest file that is
-        complete and matches its hash; one warning line per file skipped."""
+    def scan(self) -> tuple[Path | None, list[tuple[Path, str]]]:
+        """The checkpoint to resume from (the pointer's target, else the newest file that is
+        complete and matches its hash) and the newer files passed over, with why; quiet."""
+        skipped = []
         for p in self._candidates():
             reason = corruption(p)
             if reason is None:
-                return p
+                return p, skipped
+            skipped.append((p, reason))
+        return None, skipped
+
+    def latest(self) -> Path | None:
+        """`scan`'s choice, with one warning line per file skipped."""
+        path, skipped = self.scan()
+        for p, reason in skipped:
             warn_skipped(p, reason)
-        return None
+        return path
 
     def load(
         self,
