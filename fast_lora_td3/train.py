@@ -31,9 +31,10 @@ def find_resume_dir(cfg: TrainConfig) -> Path:
     this task (and run_name) under log_dir that has a checkpoint."""
     if cfg.run_dir:
         if not Path(cfg.run_dir).is_dir():
+            what = "is not a directory" if Path(cfg.run_dir).exists() else "does not exist"
             raise ConfigError(
-                f"resume=true but run_dir={cfg.run_dir} does not exist (give an existing run "
-                "directory, or resume=false to start a new run there)"
+                f"resume=true but run_dir={cfg.run_dir} {what} (give an existing run directory, "
+                "or resume=false to start a new run there)"
             )
         return Path(cfg.run_dir)
     if cfg.checkpoint:
@@ -55,10 +56,11 @@ def find_resume_dir(cfg: TrainConfig) -> Path:
     return runs[-1]
 
 
-def resume_checkpoint(cfg: TrainConfig, run_dir: Path) -> Path | None:
+def resume_checkpoint(cfg: TrainConfig, run_dir: Path, *, warn: bool = True) -> Path | None:
     """The checkpoint file a resume starts from: `checkpoint=<file>` exactly, else the newest intact
-    checkpoint of `run_dir` (one warning line per corrupt one skipped). None: start from step 0,
-    only when nothing asked for a resume (a `run_dir` whose run never reached a checkpoint).
+    checkpoint of `run_dir` (one warning line per corrupt one skipped, when `warn`). None: start
+    from step 0, only when nothing asked for a resume (a `run_dir` whose run never reached a
+    checkpoint).
 
     Raises CheckpointError when resume=true finds no checkpoint, or when every checkpoint is
     corrupt: starting over would write a second history into the run's metrics.jsonl."""
@@ -78,10 +80,15 @@ def resume_checkpoint(cfg: TrainConfig, run_dir: Path) -> Path | None:
             f"{newest.name}, {reason}); nothing was changed: restore a checkpoint, or start a new "
             "run (run_dir=null resume=false)"
         )
-    for p, reason in skipped:
+    for p, reason in skipped if warn else ():
         warn_skipped(p, reason)
     if path is not None:
         return path
+    if any(ckpt_dir.glob("ppo_*.pt")):
+        raise CheckpointError(
+            f"{run_dir} is an algo=ppo run (ppo_*.pt): it cannot be resumed with "
+            f"algo={cfg.algo.name}; start a new run (a new run_dir, resume=false)"
+        )
     if cfg.resume:
         raise CheckpointError(
             f"resume=true but {ckpt_dir} has no checkpoint (ckpt_<step>.pt); start a new run "
@@ -169,8 +176,9 @@ def refuse_ppo_resume(cfg: TrainConfig) -> None:
     """The PPO baseline cannot continue a run: refuse in one line instead of restarting at step 0
     under a metrics.jsonl that reads as if it continued."""
     ppo_files = list(Path(cfg.run_dir, "checkpoints").glob("ppo_*.pt")) if cfg.run_dir else []
-    if cfg.resume or ppo_files:
-        where = f"run_dir={cfg.run_dir} holds algo=ppo checkpoints; " if ppo_files else ""
+    if resumes(cfg):
+        kind = "holds algo=ppo checkpoints" if ppo_files else "is an existing run"
+        where = f"run_dir={cfg.run_dir} {kind}; " if cfg.run_dir else ""
         raise ConfigError(
             f"{where}algo=ppo runs cannot be resumed (resume is FastTD3/FastSAC only): start a new "
             "run (a new run_dir, resume=false)"
@@ -232,7 +240,7 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
     if resume:
         run_dir = find_resume_dir(cfg)
         # Chosen, verified and checked against this config before anything is built or written.
-        ckpt = resume_checkpoint(cfg, run_dir)
+        ckpt = resume_checkpoint(cfg, run_dir, warn=dist.is_main)
         if ckpt is not None:
             check_resumable(ckpt, cfg)
     elif cfg.run_dir:

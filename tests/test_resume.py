@@ -73,6 +73,8 @@ def test_all_checkpoints_corrupt_refuses_and_keeps_metrics(run: Path, tmp_path: 
         line = one_line(result, "all 2 checkpoints")
         assert "corrupt" in line and str(run_dir / "checkpoints") in line
         assert (run_dir / "metrics.jsonl").read_bytes() == metrics
+    for command in ("play", "export"):
+        one_line(cli(command, f"checkpoint={run_dir}", cwd=tmp_path), "all 2 checkpoints")
 
 
 def test_resume_from_the_given_checkpoint_file(run: Path, tmp_path: Path) -> None:

@@ -255,7 +255,8 @@ class OffPolicyLearner(ABC):
 def follow_total(scheduler: torch.optim.lr_scheduler.CosineAnnealingLR, total: int) -> None:
     """Re-plan a restored cosine schedule over `total` steps: from its current step on, the LR is
     the one a run started with `total` has at that step (and the schedule continues from there);
-    at or past `total` (a shortened run, which ends at once) it is `lr_min`. Unchanged when `total` is the saved one (bit-exact resume)."""
+    at or past `total` (a shortened run, which ends at once) it is `lr_min`. Unchanged when
+    `total` is the saved one (bit-exact resume)."""
     if scheduler.T_max == total:
         return
     scheduler.T_max = total

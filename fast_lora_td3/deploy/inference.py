@@ -11,7 +11,7 @@ from fast_lora_td3.config.compose import compose_run_config
 from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.config.validate import resolve_runtime
 from fast_lora_td3.errors import CheckpointError, ConfigError
-from fast_lora_td3.runs.checkpoint import CheckpointManager, load_file
+from fast_lora_td3.runs.checkpoint import CheckpointManager, load_file, warn_skipped
 
 __all__ = ["build_learner", "load_for_inference", "resolve_checkpoint", "split_overrides"]
 
@@ -52,7 +52,14 @@ def resolve_checkpoint(path: str | None) -> Path:
     p = Path(path)
     if p.is_dir():
         ckpt_dir = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-        latest = CheckpointManager(ckpt_dir, keep_last=1_000_000).latest()
+        latest, skipped = CheckpointManager(ckpt_dir, keep_last=1_000_000).scan()
+        if latest is None and skipped:  # one line: the error, not a warning per file before it
+            raise CheckpointError(
+                f"checkpoint={path}: all {len(skipped)} checkpoints in {ckpt_dir} are corrupt "
+                f"(newest: {skipped[0][0].name}, {skipped[0][1]})"
+            )
+        for skipped_path, reason in skipped:
+            warn_skipped(skipped_path, reason)
         if latest is None:
             if any(ckpt_dir.glob(PPO_CHECKPOINT)):
                 raise CheckpointError(f"checkpoint={path} {PPO_REFUSAL}")
@@ -94,10 +101,12 @@ def build_learner(cfg: TrainConfig, env: Any, state: dict[str, Any]) -> Any:
         m = _SIZE_MISMATCH.search(str(exc))
         if m is None:
             raise
+        module = re.search(r"state_dict for (\w+)", str(exc))
+        name = f"{module.group(1)}.{m.group(1)}" if module else m.group(1)
         env_cfg = state["config"]["env"]
         raise CheckpointError(
             f"checkpoint does not fit env.task={cfg.env.task} (backend {cfg.env.backend}): "
-            f"{m.group(1)} has shape {m.group(2)} in the checkpoint but {m.group(3)} for this env; "
+            f"{name} has shape {m.group(2)} in the checkpoint but {m.group(3)} for this env; "
             f"play it on its own task (env.task={env_cfg['task']} env.backend={env_cfg['backend']})"
         ) from None
     return learner
