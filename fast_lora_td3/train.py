@@ -148,10 +148,10 @@ def reuse_saved_config(cfg: TrainConfig, explicit: set[str]) -> TrainConfig:
     for key in sorted(explicit):
         *parents, leaf = key.split(".")
         src, dst = given, saved
-        for part in parents:
-            src, dst = src.get(part), dst.setdefault(part, {})
-            if not isinstance(src, dict) or not isinstance(dst, dict):
+        for part in parents:  # keys outside the schema were refused when `cfg` was composed
+            if not isinstance(src.get(part), dict) or not isinstance(dst.get(part), dict):
                 break
+            src, dst = src[part], dst[part]
         else:
             if leaf not in src:
                 continue

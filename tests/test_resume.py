@@ -178,3 +178,25 @@ def test_extending_total_steps_follows_the_cosine_schedule(tmp_path: Path) -> No
     # play builds a learner without a schedule: the checkpoint's schedulers are not in its way.
     played = cli("play", f"checkpoint={tmp_path / 'b'}", cwd=tmp_path)
     assert played.returncode == 0, played.stderr
+
+
+def test_saved_config_with_command_line_keys_on_top(tmp_path: Path) -> None:
+    """Leaves given on the command line win; a group choice keeps the saved run's CPU-sized keys;
+    run_dir / resume always describe this start (a run directory may have been moved)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from fast_lora_td3.config.cpu_defaults import explicit_keys
+    from fast_lora_td3.train import reuse_saved_config
+
+    saved = OmegaConf.to_container(OmegaConf.structured(compose_config(SMALL)), resolve=True)
+    saved["critic"]["width"], saved["critic"]["rank"] = 48, 4  # width: sized on a CPU
+    saved["run_dir"], saved["algo"]["gamma"] = "/moved/away", 0.97
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    overrides = [f"run_dir={tmp_path}", "critic=simbav2_lora", "total_steps=999", "seed=5"]
+    cfg = reuse_saved_config(compose_config(overrides), explicit_keys(overrides))
+    assert (cfg.env.backend, cfg.env.task, cfg.algo.gamma) == ("dummy", "PointMassAsym-v0", 0.97)
+    assert (cfg.total_steps, cfg.seed, cfg.run_dir) == (999, 5, str(tmp_path))
+    assert cfg.critic.family == "simbav2_lora" and cfg.critic.width == 48
+    assert cfg.critic.rank != 4  # the group choice resets its other keys to the group's defaults
