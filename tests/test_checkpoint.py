@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -120,7 +121,50 @@ def test_atomic_save_failure_keeps_old_file(tmp_path: Path) -> None:
     with pytest.raises(Exception):  # noqa: B017 - a lambda cannot be pickled: any pickling error
         atomic_save({"f": lambda: 0}, path)
     assert torch.equal(torch.load(path, weights_only=True)["a"], torch.ones(3))
-    assert [p.name for p in tmp_path.iterdir()] == ["x.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.pt", "x.pt.sha256"]
+    CheckpointManager(tmp_path, keep_last=1).load(path)  # the old sidecar still matches
+
+
+def _flip_tensor_bytes(path: Path, tensor: torch.Tensor) -> None:
+    """Flip one byte inside `tensor`'s stored data (the zip and its pickle stay valid)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(tensor.numpy().tobytes())
+    assert at > 0
+    data[at + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_sha256_recorded_and_flipped_tensor_bytes_detected(tmp_path: Path, capsys) -> None:
+    mgr = CheckpointManager(tmp_path, keep_last=3)
+    marker = torch.arange(4096, dtype=torch.float32)
+    good = mgr.save({**_state(1), "marker": marker}, 1)
+    bad = mgr.save({**_state(2), "marker": marker}, 2)
+    recorded, name = Path(f"{bad}.sha256").read_text().split()
+    assert name == bad.name and recorded == hashlib.sha256(bad.read_bytes()).hexdigest()
+    _flip_tensor_bytes(bad, marker)
+    assert not torch.equal(torch.load(bad, weights_only=True)["marker"], marker)  # loads fine
+    with pytest.raises(CheckpointError) as info:
+        mgr.load(bad)
+    msg = str(info.value)
+    assert "\n" not in msg and str(bad) in msg and "SHA-256" in msg
+    # Resuming: one warning line naming the skipped file and why, then the previous checkpoint.
+    capsys.readouterr()
+    assert mgr.latest() == good
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "SHA-256" in err[0], err
+    assert mgr.load()["step"] == 1 and mgr.loaded_path == good
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "SHA-256" in err[0], err
+
+
+def test_pruning_removes_hash_sidecars(tmp_path: Path) -> None:
+    mgr = CheckpointManager(tmp_path, keep_last=2)
+    for step in (1, 2, 3):
+        mgr.save(_state(step), step)
+    assert sorted(p.name for p in tmp_path.glob("*.sha256")) == [
+        "ckpt_000000000002.pt.sha256",
+        "ckpt_000000000003.pt.sha256",
+    ]
 
 
 def test_atomic_write_modes_and_failure(tmp_path: Path) -> None:
@@ -161,7 +205,7 @@ def test_checkpoint_interval_decides_when_to_save(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "empty"])
-def test_corrupt_file_gives_one_line_error(tmp_path: Path, kind: str) -> None:
+def test_corrupt_file_gives_one_line_error(tmp_path: Path, kind: str, capsys) -> None:
     mgr = CheckpointManager(tmp_path, keep_last=3)
     good = mgr.save(_state(1), 1)
     bad = mgr.save(_state(2), 2)
@@ -173,13 +217,16 @@ def test_corrupt_file_gives_one_line_error(tmp_path: Path, kind: str) -> None:
         mgr.load(bad)
     msg = str(info.value)
     assert "\n" not in msg and str(bad) in msg and "corrupt" in msg
-    # Without a path: the pointer names the bad file, so loading falls back to the older one.
+    # Without a path: the pointer names the bad file, so loading falls back to the older one,
+    # saying so in one line that names the skipped file and why.
+    capsys.readouterr()
     assert mgr.latest() == good
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert mgr.load()["step"] == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "trying an older" in err[0], err
+    assert mgr.load()["step"] == 1
     assert mgr.loaded_path == good
-    assert any("trying an older checkpoint" in str(w.message) for w in caught)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "corrupt" in err[0], err
 
 
 def test_missing_and_empty(tmp_path: Path) -> None:
@@ -327,6 +374,15 @@ def test_config_mismatch_truncates_many_keys() -> None:
         check_compatible(saved, current)
     msg = str(info.value)
     assert "k00 (checkpoint 0, now 1)" in msg and "and 14 more" in msg and "k19" not in msg
+    # The keys that show a checkpoint is another run's come first, even when many keys sorting
+    # before them differ too (they were hidden in "and N more").
+    saved = {"algo": {f"a{i:02d}": i for i in range(20)}, "env": {"task": "A-v0", "backend": "x"}}
+    current = {"algo": {f"a{i:02d}": i + 1 for i in range(20)}, "env": {"task": "B-v0"}}
+    with pytest.raises(CheckpointError) as info:
+        check_compatible(saved, current)
+    msg = str(info.value)
+    assert "env.backend (checkpoint 'x', now <missing>); env.task (checkpoint 'A-v0'" in msg
+    assert msg.index("env.task") < msg.index("algo.a00") < msg.index("and 16 more")
     long = {"a": "x" * 500}
     with pytest.raises(CheckpointError) as info:
         check_compatible(long, {"a": "y" * 500})

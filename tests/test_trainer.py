@@ -174,7 +174,8 @@ def test_finite_guard_skip_stop_and_debug_checkpoint(
         other_rank.observe(1, _step(float("inf")), dict)
     off = FiniteGuard(0, "stop", 4, cpu, checkpoints=manager, state=dict)
     off.observe(5, _step(float("nan")), lambda: nan_loss)  # nan_check_interval=0: never checks
-    assert [p.name for p in manager.directory.iterdir()] == ["debug_000000000003.pt"]
+    names = sorted(p.name for p in manager.directory.iterdir())
+    assert names == ["debug_000000000003.pt", "debug_000000000003.pt.sha256"]
 
 
 def test_sigterm_checkpoints_and_resume_continues(tmp_path: Path) -> None:

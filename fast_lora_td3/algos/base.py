@@ -7,6 +7,7 @@ A learner owns everything the update touches. Its `critic_update` / `actor_step`
 
 from __future__ import annotations
 
+import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -89,6 +90,7 @@ class OffPolicyLearner(ABC):
             param_groups(self.actor, algo.weight_decay), algo.actor_lr, betas, self.device
         )
         self.schedulers = []
+        self.total_iterations = total_iterations
         if algo.lr_min is not None and total_iterations > 0:
             for opt in (self.critic_optimizer, self.actor_optimizer):
                 self.schedulers.append(
@@ -276,7 +278,8 @@ class OffPolicyLearner(ABC):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of state_dict."""
+        """Inverse of state_dict. A cosine schedule saved with another total (a resume that extends
+        or shortens `total_steps`) follows this learner's total (`follow_total`)."""
         for k, m in self.modules().items():
             m.load_state_dict(state[k])
         with torch.no_grad():
@@ -284,8 +287,27 @@ class OffPolicyLearner(ABC):
                 t.copy_(state[k])  # in place: optimisers and compiled steps hold this tensor
         for k, o in self.optimizers().items():
             load_optimizer_state_(o, state[k])
+        if not self.schedulers:  # an inference learner (play / export) has no schedule
+            return
         for s, sd in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(sd)
+            follow_total(s, self.total_iterations)
+
+
+def follow_total(scheduler: torch.optim.lr_scheduler.CosineAnnealingLR, total: int) -> None:
+    """Re-plan a restored cosine schedule over `total` steps: from its current step on, the LR is
+    the one a run started with `total` has at that step (and the schedule continues from there);
+    at or past `total` (a shortened run, which ends at once) it is `lr_min`. Unchanged when
+    `total` is the saved one (bit-exact resume)."""
+    if scheduler.T_max == total:
+        return
+    scheduler.T_max = total
+    step = min(scheduler.last_epoch, total)
+    cos = (1 + math.cos(math.pi * step / total)) / 2
+    lrs = [scheduler.eta_min + (base - scheduler.eta_min) * cos for base in scheduler.base_lrs]
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = lrs  # what get_last_lr() reports until the next step
 
 
 def cross_entropy(logits: Tensor, target_probs: Tensor) -> Tensor:

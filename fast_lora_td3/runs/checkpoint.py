@@ -6,7 +6,14 @@ Crash safety: a checkpoint is written atomically (`fast_lora_td3.runs.atomic_io`
 pointer is replaced the same way, and only after the checkpoint it names is complete; older files
 are pruned only after that. So a SIGKILL at any moment leaves either the previous or the new
 pointer, each naming a complete file. If the pointer is missing or names a bad file, `latest()` /
-`load()` fall back to the newest checkpoint file that is complete.
+`load()` fall back to the newest checkpoint file that is complete, printing one warning line per
+skipped file.
+
+Integrity: every checkpoint gets a SHA-256 sidecar `<file>.sha256` (`sha256sum` format, so
+`sha256sum -c` checks it too), hashed while the file is written and made durable before the file
+is renamed into place: a complete checkpoint always has its hash. Loading verifies it, so bytes
+flipped on disk are found instead of trained on. Files without a sidecar (written before hashes
+were recorded) load unverified.
 
 Checkpoints are loaded with `torch.load(weights_only=True)`: a shared checkpoint (for `play`) cannot
 run code. `save` therefore refuses states holding anything but containers, scalars, strings and
@@ -16,14 +23,15 @@ tensors (numpy RNG state is stored as a tensor for that reason).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
-import warnings
+import sys
 import zipfile
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -33,6 +41,8 @@ from fast_lora_td3.runs.atomic_io import atomic_write, atomic_write_bytes, remov
 CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 """Names of the rotating checkpoints: `ckpt_<step:012d>.pt`."""
 POINTER_NAME = "latest.json"
+HASH_SUFFIX = ".sha256"
+"""A checkpoint's SHA-256 sidecar is `<checkpoint name>.sha256`."""
 CHECKPOINT_FILE_MODE = 0o600
 """Permission bits of checkpoint files and the pointer: owner-only, as they have always been written."""
 
@@ -41,9 +51,40 @@ _SAFE_LEAVES += (torch.Size, torch.device, torch.dtype)
 
 
 # -- atomic writes ------------------------------------------------------------------------------
-def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """`torch.save(obj)` to `path` atomically: readers see the old file or the complete new one."""
-    atomic_write(path, lambda f: torch.save(obj, f), mode=CHECKPOINT_FILE_MODE)
+class _HashingWriter:
+    """A write-only file that hashes every byte on its way to `file` (torch.save writes in order)."""
+
+    def __init__(self, file: IO[bytes], digest: Any) -> None:
+        self.file, self.digest = file, digest
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def hash_path(path: str | os.PathLike[str]) -> Path:
+    """The SHA-256 sidecar of checkpoint `path`."""
+    path = Path(path)
+    return path.with_name(path.name + HASH_SUFFIX)
+
+
+def atomic_save(obj: Any, path: str | os.PathLike[str]) -> str:
+    """`torch.save(obj)` to `path` atomically (readers see the old file or the complete new one)
+    with its SHA-256 sidecar; returns the hex digest."""
+    path = Path(path)
+    digest = hashlib.sha256()
+
+    def write(f: IO[bytes]) -> None:
+        torch.save(obj, _HashingWriter(f, digest))
+        # Durable before the checkpoint's rename: a complete checkpoint always has its hash.
+        line = f"{digest.hexdigest()}  {path.name}\n".encode()
+        atomic_write_bytes(hash_path(path), line, mode=CHECKPOINT_FILE_MODE)
+
+    atomic_write(path, write, mode=CHECKPOINT_FILE_MODE)
+    return digest.hexdigest()
 
 
 # -- state validation / loading -----------------------------------------------------------------
@@ -86,13 +127,49 @@ def _looks_complete(path: Path) -> bool:
         return False
 
 
+def hash_mismatch(path: Path) -> str | None:
+    """Why `path` fails its recorded SHA-256 (None: it matches, or no hash was recorded)."""
+    try:
+        recorded = hash_path(path).read_text().split()[0]
+    except (OSError, IndexError):  # no sidecar: a checkpoint from before hashes were recorded
+        return None
+    with path.open("rb") as f:
+        actual = hashlib.file_digest(f, "sha256").hexdigest()
+    if actual == recorded:
+        return None
+    return (
+        f"SHA-256 {actual[:12]}... differs from {recorded[:12]}... recorded when it was written: "
+        "the file changed on disk"
+    )
+
+
+def corruption(path: Path) -> str | None:
+    """Why checkpoint `path` cannot be used (None: complete and, if hashed, intact)."""
+    if not _looks_complete(path):
+        return "truncated or not a checkpoint archive"
+    return hash_mismatch(path)
+
+
+def warn_skipped(path: Path, reason: str) -> None:
+    """The one warning line for a checkpoint passed over in favour of an older one."""
+    print(
+        f"fast-lora-td3: warning: skipping checkpoint {path} ({reason}); trying an older one",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def load_file(
     path: str | os.PathLike[str], map_location: Any = "cpu", *, weights_only: bool = True
 ) -> dict[str, Any]:
-    """Load one checkpoint file; CheckpointError (one line, naming the path) if missing or corrupt."""
+    """Load one checkpoint file; CheckpointError (one line, naming the path) if missing, corrupt or
+    not matching its recorded SHA-256."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path} (no such file)")
+    mismatch = hash_mismatch(path)
+    if mismatch is not None:
+        raise CheckpointError(f"checkpoint {path} is corrupt ({mismatch})")
     try:
         state = torch.load(path, map_location=map_location, weights_only=weights_only)
     except Exception as exc:  # unpickling, truncated zip, bad storage: all mean "unreadable"
@@ -179,6 +256,8 @@ class CheckpointManager:
         for p in older[: max(0, len(older) - (self.keep_last - 1))]:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                hash_path(p).unlink()
 
     def _pointer_target(self) -> Path | None:
         try:
@@ -199,9 +278,23 @@ class CheckpointManager:
         out += [p for _, p in reversed(self.checkpoints()) if p not in out]
         return out
 
+    def scan(self) -> tuple[Path | None, list[tuple[Path, str]]]:
+        """The checkpoint to resume from (the pointer's target, else the newest file that is
+        complete and matches its hash) and the newer files passed over, with why; quiet."""
+        skipped = []
+        for p in self._candidates():
+            reason = corruption(p)
+            if reason is None:
+                return p, skipped
+            skipped.append((p, reason))
+        return None, skipped
+
     def latest(self) -> Path | None:
-        """The checkpoint to resume from: the pointer's target, else the newest complete file."""
-        return next((p for p in self._candidates() if _looks_complete(p)), None)
+        """`scan`'s choice, with one warning line per file skipped."""
+        path, skipped = self.scan()
+        for p, reason in skipped:
+            warn_skipped(p, reason)
+        return path
 
     def load(
         self,
@@ -210,7 +303,8 @@ class CheckpointManager:
         *,
         weights_only: bool = True,
     ) -> dict[str, Any]:
-        """Load `path`, or (None) the latest checkpoint, falling back to older files that load.
+        """Load `path`, or (None) the latest checkpoint, falling back to older files that load (one
+        warning line per file skipped).
 
         Raises CheckpointError (one line) when the file is missing or corrupt, or when no checkpoint
         in the directory loads. Sets `self.loaded_path`.
@@ -228,7 +322,7 @@ class CheckpointManager:
                 state = load_file(cand, map_location, weights_only=weights_only)
             except CheckpointError as exc:
                 errors.append(str(exc))
-                warnings.warn(f"{exc}; trying an older checkpoint", stacklevel=2)
+                warn_skipped(cand, str(exc).removeprefix(f"checkpoint {cand} "))
                 continue
             self.loaded_path = cand
             return state

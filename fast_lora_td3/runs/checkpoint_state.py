@@ -32,6 +32,18 @@ components, with fnmatch wildcards per component: `device` ignores `device` and 
 ignores everything under `eval.`."""
 
 
+DECISIVE_KEYS: tuple[str, ...] = (
+    "env.backend",
+    "env.task",
+    "algo.name",
+    "critic.family",
+    "actor.family",
+    "env.num_envs",
+)
+"""Keys whose mismatch says at once that a checkpoint belongs to another run: a resume error lists
+them first, then the other mismatched keys alphabetically."""
+
+
 # -- RNG state ----------------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
     """Capture torch CPU, CUDA (every device, if CUDA was initialised), numpy and `random` states.
@@ -134,12 +146,14 @@ def check_compatible(
     """Raise CheckpointError naming every mismatched dotted key (checkpoint vs now), on one line.
 
     Keys matched by `ignore` (see RESUME_MUTABLE_KEYS) may differ. `source` (the checkpoint path)
-    is named in the message when given.
+    is named in the message when given. Mismatched DECISIVE_KEYS come first, the rest sorted.
     """
     ignore = tuple(ignore)
     saved, current = flatten_config(saved_cfg), flatten_config(current_cfg)
     diffs = []
-    for key in sorted(saved.keys() | current.keys()):
+    keys = saved.keys() | current.keys()
+    first = [k for k in DECISIVE_KEYS if k in keys]
+    for key in [*first, *sorted(keys - set(first))]:
         if _ignored(key, ignore):
             continue
         a, b = saved.get(key, _MISSING), current.get(key, _MISSING)
