@@ -20,7 +20,7 @@ from fast_lora_td3.errors import CheckpointError
 
 # fmt: off
 RESUME_MUTABLE_KEYS: frozenset[str] = frozenset({
-    "total_steps", "resume", "checkpoint", "run_dir", "run_name", "log_dir", "logger",
+    "total_steps", "max_wall_s", "resume", "checkpoint", "run_dir", "run_name", "log_dir", "logger",
     "log_interval", "log_interval_s", "cpu_defaults", "checkpoint_interval", "keep_checkpoints",
     "save_replay", "progress", "device", "compile", "cuda_graph", "verify_compile", "export_at_end",
     "nan_check_interval", "nan_action", "eval", "experiment", "video",
