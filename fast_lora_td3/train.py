@@ -13,7 +13,7 @@ from fast_lora_td3.config.cpu_defaults import apply_cpu_defaults
 from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.config.validate import resolve_device, resolve_runtime, validate
 from fast_lora_td3.errors import ConfigError
-from fast_lora_td3.runs.run_logger import make_run_dir
+from fast_lora_td3.runs.run_logger import ensure_dir, make_run_dir, remove_failed_run_dir
 
 EXIT_DISTRIBUTED_FAILURE = 3
 """Exit code of a rank whose collective failed (a peer died or timed out)."""
@@ -85,14 +85,25 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
 
     resume = cfg.resume or (cfg.run_dir is not None and Path(cfg.run_dir, "checkpoints").exists())
     run_dir: Path | None = None
+    made: Path | None = None  # a run directory this start created (removed if the start fails)
     if resume:
         run_dir = find_resume_dir(cfg)
     elif cfg.run_dir:
         run_dir = Path(cfg.run_dir)
+        if dist.is_main:
+            existed = run_dir.exists()
+            made = None if existed else ensure_dir("run_dir", run_dir)
+            ensure_dir("run_dir", run_dir)  # an existing one: a directory we can write to
     elif dist.is_main:  # only rank 0 creates files; the others receive its path
-        run_dir = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
+        run_dir = made = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
     run_dir = dist.broadcast_path(run_dir)
-    trainer = Trainer(cfg, run_dir, rank=dist.rank, world_size=dist.world_size, dist=dist)
+    try:
+        trainer = Trainer(cfg, run_dir, rank=dist.rank, world_size=dist.world_size, dist=dist)
+    except BaseException:
+        if made is not None:
+            # up to the task's folder of log_dir; a run_dir given: that folder alone
+            remove_failed_run_dir(made, made if cfg.run_dir else made.parent)
+        raise
     try:
         if resume and trainer.checkpoints.latest() is not None:
             trainer.load_checkpoint()
