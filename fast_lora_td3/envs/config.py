@@ -48,6 +48,6 @@ class EnvConfig:
         self.check()
 
     def check(self) -> None:
-        """Every check that needs no simulator: backend, num_envs, action_clip, episode length and
-        render mode (the device and the backend's package are checked when the env is made)."""
+        """Every field against its declared valid values (no simulator needed); whether the device
+        exists and the backend's package is installed is checked when the env is made."""
         check_fields(self, "env")
