@@ -46,7 +46,7 @@ class Valid:
     pattern: str | None = None
     """A regular expression the whole string must match (described by `what`)."""
     what: str = ""
-    """How to describe a valid string in the error when `pattern` is set."""
+    """How to describe a valid string in the error (instead of the pattern or the choices)."""
     min_len: int = 0
     """Fewest items of a list field."""
     length: int | None = None
@@ -143,7 +143,7 @@ def _scalar_problem(value: Any, tp: Any, spec: Valid) -> str | None:
         options = spec.options()
         probe = value.lower() if spec.ignore_case else value
         if options and probe not in options:
-            return f"one of {', '.join(map(repr, options))}"
+            return spec.what or f"one of {', '.join(map(repr, options))}"
         if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
             return spec.what or f"a string matching {spec.pattern}"
         return None

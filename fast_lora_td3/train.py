@@ -91,9 +91,8 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
     elif cfg.run_dir:
         run_dir = Path(cfg.run_dir)
         if dist.is_main:
-            existed = run_dir.exists()
-            made = None if existed else ensure_dir("run_dir", run_dir)
-            ensure_dir("run_dir", run_dir)  # an existing one: a directory we can write to
+            made = None if run_dir.exists() else run_dir
+            ensure_dir("run_dir", run_dir)  # made, or an existing directory we can write to
     elif dist.is_main:  # only rank 0 creates files; the others receive its path
         run_dir = made = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
     run_dir = dist.broadcast_path(run_dir)

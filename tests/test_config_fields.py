@@ -188,6 +188,11 @@ def test_hydra_name_errors_list_what_is_valid(override: str, needles: list[str])
     assert "+nosuch" not in message  # no hint to add the key with `+`: it would not be read
 
 
+def test_a_type_error_shows_the_failing_override_not_an_earlier_one() -> None:
+    with pytest.raises(ConfigError, match=r"^total_steps=1e6 is not valid: use an int"):
+        compose_config(["total_steps=64", "total_steps=1e6"])
+
+
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [

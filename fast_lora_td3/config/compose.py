@@ -45,7 +45,7 @@ def _compose(config_name: str, overrides: Sequence[str], saved: Mapping[str, Any
     except ConfigError:
         raise
     except Exception as exc:  # Hydra / OmegaConf parse and validation errors
-        raise ConfigError(override_error(exc, overrides)) from None
+        raise ConfigError(override_error(exc)) from None
 
 
 def _valid_keys(schema: type) -> str:
@@ -79,7 +79,7 @@ def reject_unknown_keys(node: Any, schema: type, prefix: str) -> None:
             reject_unknown_keys(node[key], tp, f"{dotted}.")
 
 
-def override_error(exc: BaseException, overrides: Sequence[str]) -> str:
+def override_error(exc: BaseException) -> str:
     """One line for a Hydra / OmegaConf composition error: the key, what would be valid and the
     value given (Hydra's own first line drops the key's type and a group's options)."""
     text = str(exc)
@@ -87,8 +87,9 @@ def override_error(exc: BaseException, overrides: Sequence[str]) -> str:
     key = getattr(cause, "full_key", None)
     if key and hasattr(cause, "object_type") and dataclasses.is_dataclass(cause.object_type):
         name = str(getattr(cause, "key", key))
-        given = next((o for o in overrides if o.lstrip("+").partition("=")[0] == key), None)
-        shown = given.lstrip("+").partition("=")[2] if given else repr(cause.value)
+        # Hydra names the override that failed; an earlier one may have set the same key
+        failed = re.match(r"Error merging override (.+)", text)
+        shown = failed.group(1).lstrip("+").partition("=")[2] if failed else repr(cause.value)
         if name not in {f.name for f in dataclasses.fields(cause.object_type)}:
             return unknown_key_message(key)
         tp, optional = field_type(cause.object_type, name)

@@ -134,10 +134,20 @@ class TrainConfig:
     """Continue from the latest checkpoint of `run_dir` (or of the newest run of this task/run_name)."""
     checkpoint: str | None = setting(None, free="a path: checked when the checkpoint is read")
     """Checkpoint path or run directory for `play` / `export` (and for `train resume=true`)."""
-    compile: str = setting("auto", choices=FLAG_VALUES, ignore_case=True)
+    compile: str = setting(
+        "auto",
+        choices=FLAG_VALUES,
+        ignore_case=True,
+        what="compile=auto, compile=true or compile=false",
+    )
     """torch.compile the update steps: `auto` (on CUDA: when it passes the start-up parity check
     against eager; on CPU: eager), `true` or `false` (a string so that Hydra takes all three)."""
-    cuda_graph: str = setting("auto", choices=FLAG_VALUES, ignore_case=True)
+    cuda_graph: str = setting(
+        "auto",
+        choices=FLAG_VALUES,
+        ignore_case=True,
+        what="cuda_graph=auto, cuda_graph=true or cuda_graph=false",
+    )
     """Capture the update step in CUDA graphs: `auto` (on CUDA: graphed first when it passes the
     parity check, then compiled, then eager), `true` (CUDA only; a note on CPU) or `false`."""
     amp: str = setting("none", choices=AMP_MODES)
