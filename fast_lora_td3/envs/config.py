@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from fast_lora_td3.envs.backends import BACKEND_TABLE
 from fast_lora_td3.fields import check_fields, setting
 
+GYM_VECTORIZATION_MODES = ("sync", "async")
+"""Valid values of `EnvConfig.gym_vectorization_mode`."""
+
 
 @dataclass
 class EnvConfig:
@@ -38,7 +41,7 @@ class EnvConfig:
     """Render frames for video recording (turns on cameras in Isaac Lab, `rgb_array` rendering)."""
     render_mode: str | None = setting(None, choices=("rgb_array",))
     """Render mode passed to the simulator (`rgb_array` or None); `video=true` implies `rgb_array`."""
-    gym_vectorization_mode: str = setting("sync", choices=("sync", "async"))
+    gym_vectorization_mode: str = setting("sync", choices=GYM_VECTORIZATION_MODES)
     """gymnasium only: `sync` (one process) or `async` (one subprocess per env)."""
     action_clip: float = setting(1.0, gt=0)
     """Actions are clamped to [-action_clip, action_clip] before the simulator applies its own
