@@ -1,7 +1,8 @@
 """The root training config: typed dataclasses registered with Hydra's ConfigStore.
 
 Every field has a docstring; Hydra validates overrides against these types, so an unknown key or a
-wrong type is an error, not silently ignored. Each dataclass checks its own fields in
+wrong type is an error, not silently ignored. Each field declares its valid values where it is
+defined (`setting(default, ge=…, choices=…)`, fast_lora_td3/fields.py); each dataclass checks them in
 `__post_init__` (run by `OmegaConf.to_object` on the composed values) and again in `check()`, which
 `validate` calls on the final config; rules that span groups live in fast_lora_td3/config/validate.py.
 """
