@@ -15,7 +15,12 @@ from fast_lora_td3.config.validate import resolve_device, resolve_runtime, valid
 from fast_lora_td3.errors import CheckpointError, ConfigError
 from fast_lora_td3.runs.checkpoint import CheckpointManager, corruption, warn_skipped
 from fast_lora_td3.runs.checkpoint_state import check_compatible
-from fast_lora_td3.runs.run_logger import CONFIG_FILE, make_run_dir
+from fast_lora_td3.runs.run_logger import (
+    CONFIG_FILE,
+    ensure_dir,
+    make_run_dir,
+    remove_failed_run_dir,
+)
 
 EXIT_DISTRIBUTED_FAILURE = 3
 """Exit code of a rank whose collective failed (a peer died or timed out)."""
@@ -237,6 +242,7 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
     resume = resumes(cfg)
     run_dir: Path | None = None
     ckpt: Path | None = None
+    made: Path | None = None  # a run directory this start created (removed if the start fails)
     if resume:
         run_dir = find_resume_dir(cfg)
         # Chosen, verified and checked against this config before anything is built or written.
@@ -245,10 +251,19 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
             check_resumable(ckpt, cfg)
     elif cfg.run_dir:
         run_dir = Path(cfg.run_dir)
+        if dist.is_main:
+            made = None if run_dir.exists() else run_dir
+            ensure_dir("run_dir", run_dir)  # made, or an existing directory we can write to
     elif dist.is_main:  # only rank 0 creates files; the others receive its path
-        run_dir = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
+        run_dir = made = make_run_dir(Path(cfg.log_dir), cfg.env.task, cfg.run_name)
     run_dir = dist.broadcast_path(run_dir)
-    trainer = Trainer(cfg, run_dir, rank=dist.rank, world_size=dist.world_size, dist=dist)
+    try:
+        trainer = Trainer(cfg, run_dir, rank=dist.rank, world_size=dist.world_size, dist=dist)
+    except BaseException:
+        if made is not None:
+            # up to the task's folder of log_dir; a run_dir given: that folder alone
+            remove_failed_run_dir(made, made if cfg.run_dir else made.parent)
+        raise
     try:
         if ckpt is not None:
             trainer.load_checkpoint(ckpt)

@@ -106,10 +106,10 @@ def test_config_errors() -> None:
     assert "Pendulum-v1" in msg
     _one_line_error(EnvConfig(backend="gymnasium", task="CartPole-v1", num_envs=2), "Box action")
     _one_line_error(
-        EnvConfig(backend="gymnasium", task="Pendulum-v1", gym_vectorization_mode="ray"),
+        {"backend": "gymnasium", "task": "Pendulum-v1", "gym_vectorization_mode": "ray"},
         "gym_vectorization_mode",
     )
-    _one_line_error(EnvConfig(backend="gymnasium", task="Pendulum-v1", device="tpu"), "env.device")
+    _one_line_error({"backend": "gymnasium", "task": "Pendulum-v1", "device": "tpu"}, "env.device")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -152,9 +152,8 @@ def test_play_and_export_compose_a_saved_config_like_train() -> None:
         with pytest.raises(ConfigError) as from_train:
             compose_config([bad])
         assert str(from_saved.value) == str(from_train.value)
-        assert str(from_saved.value).startswith("bad override:") and "\n" not in str(
-            from_saved.value
-        )
+        message = str(from_saved.value)
+        assert bad.partition("=")[0] in message and "\n" not in message, message
 
 
 @pytest.mark.slow

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.fields import check_fields, setting
 
 ALGO_NAMES = ("fasttd3", "fastsac", "ppo")
 """Valid values of `AlgoConfig.name` (the off-policy learners of `algos.LEARNERS`, and rsl_rl PPO)."""
@@ -25,26 +26,26 @@ class AlgoConfig:
     """Off-policy algorithm settings. Defaults follow the FastTD3 Isaac Lab humanoid recipe;
     `configs/algo/fastsac.yaml` overrides them with the FastSAC recipe."""
 
-    name: str = "fasttd3"
+    name: str = setting("fasttd3", choices=ALGO_NAMES)
     """`fasttd3`, `fastsac` or `ppo` (the rsl_rl baseline)."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, gt=0, le=1)
     """Discount per environment step."""
-    n_step: int = 8
+    n_step: int = setting(8, ge=1)
     """n of the n-step return; windows stop at the first terminated or truncated step."""
-    num_updates: int = 4
+    num_updates: int = setting(4, ge=1)
     """Critic updates per environment step (each env step adds num_envs transitions)."""
-    policy_frequency: int = 2
+    policy_frequency: int = setting(2, ge=1)
     """One actor update every `policy_frequency` critic updates."""
-    batch_size: int = 32768
+    batch_size: int = setting(32768, ge=1)
     """Global batch per update, sampled evenly across envs: must be divisible by env.num_envs."""
-    buffer_size: int = 10240
+    buffer_size: int = setting(10240, ge=2)
     """Replay capacity PER ENVIRONMENT (total transitions = buffer_size × env.num_envs)."""
-    replay_obs_dtype: str = "float32"
+    replay_obs_dtype: str = setting("float32", choices=REPLAY_OBS_DTYPES)
     """Replay storage dtype of observations: `float32` or `bfloat16` (halves their bytes)."""
-    replay_action_dtype: str = "float32"
+    replay_action_dtype: str = setting("float32", choices=REPLAY_ACTION_DTYPES)
     """Replay storage dtype of actions: `float32`, `bfloat16` or `float16`. Under amp=bf16 the critic
     rounds actions to bf16 anyway, so bf16 storage loses nothing there (the GPU presets use it)."""
-    learning_starts: int = 10
+    learning_starts: int = setting(10, ge=0)
     """Environment steps (per env) collected before updates start."""
     v_min: float | None = None
     """Lower end of the C51 support in return units. Unset (with v_max): the automatic range, which
@@ -52,48 +53,48 @@ class AlgoConfig:
     support ±2·return_scale_max. Set both to fix the support and train on raw rewards."""
     v_max: float | None = None
     """Upper end of the C51 support; set with v_min (see v_min)."""
-    return_scale_max: float = 5.0
+    return_scale_max: float = setting(5.0, gt=0)
     """Automatic range (v_min/v_max unset): rewards are divided by max(σ_G, G_max/return_scale_max),
     G the running discounted return, so every observed return lies within ±return_scale_max; the
     support spans twice that, headroom for returns that grow past what was seen (SimbaV2's
     normalized_g_max is 5)."""
-    num_atoms: int = 251
+    num_atoms: int = setting(251, ge=2)
     """Number of C51 atoms."""
-    tau: float = 0.1
+    tau: float = setting(0.1, gt=0, le=1)
     """Polyak rate of the target critic, applied after every critic update."""
-    critic_lr: float = 3e-4
+    critic_lr: float = setting(3e-4, gt=0)
     """Critic learning rate."""
-    actor_lr: float = 3e-4
+    actor_lr: float = setting(3e-4, gt=0)
     """Actor learning rate."""
-    lr_min: float | None = None
+    lr_min: float | None = setting(None, ge=0)
     """If set, cosine-anneal both learning rates to this value over the run (stepped per env step)."""
-    weight_decay: float = 0.1
+    weight_decay: float = setting(0.1, ge=0)
     """AdamW weight decay of dense critics and of the actor."""
-    adapter_weight_decay: float = 6e-4
+    adapter_weight_decay: float = setting(6e-4, ge=0)
     """AdamW weight decay of LoRA adapters (A, B); other critic params of LoRA critics get 0."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = setting(factory=lambda: [0.9, 0.999], length=2, ge=0, lt=1)
     """AdamW betas."""
-    max_grad_norm: float = 0.0
+    max_grad_norm: float = setting(0.0, ge=0)
     """Clip gradient norm to this value; 0 disables clipping."""
-    policy_noise: float = 0.001
+    policy_noise: float = setting(0.001, ge=0)
     """TD3 target-policy smoothing noise std."""
-    noise_clip: float = 0.5
+    noise_clip: float = setting(0.5, ge=0)
     """TD3 target-policy smoothing noise clip."""
-    std_min: float = 0.001
+    std_min: float = setting(0.001, ge=0)
     """TD3 exploration: per-env noise std drawn from U(std_min, std_max), redrawn at episode end."""
-    std_max: float = 0.4
+    std_max: float = setting(0.4, ge=0)
     """See std_min."""
     use_target_actor: bool = False
     """TD3: use a Polyak-averaged target actor for a' (the reference uses the online actor)."""
-    actor_q_reduce: str = "min"
+    actor_q_reduce: str = setting("min", choices=("min", "mean"))
     """How the actor loss reduces the Q ensemble: `min` (TD3) or `mean` (SAC)."""
     use_cdq: bool = True
     """Clipped double Q in distributional form (TD3). FastSAC: False, each Q regresses to its own target."""
-    alpha_init: float = 0.001
+    alpha_init: float = setting(0.001, gt=0)
     """SAC: initial entropy temperature α (log α starts at ln alpha_init)."""
-    alpha_lr: float = 3e-4
+    alpha_lr: float = setting(3e-4, gt=0)
     """SAC: learning rate of log α (AdamW with `betas`, like the networks)."""
-    alpha_weight_decay: float = 0.0
+    alpha_weight_decay: float = setting(0.0, ge=0)
     """SAC: AdamW weight decay of log α. 0 by default: decay would pull log α toward 0 (α toward 1);
     the FastSAC reference leaves torch's AdamW default, 0.01."""
     autotune_alpha: bool = True
@@ -102,7 +103,7 @@ class AlgoConfig:
     """SAC: target entropy (per action vector)."""
     obs_normalization: bool = True
     """Normalise observations with running statistics of rollout observations."""
-    normalizer_until: int | None = None
+    normalizer_until: int | None = setting(None, ge=1)
     """Freeze the normalisers after this many observed samples (None: never)."""
 
     def __post_init__(self) -> None:
@@ -111,12 +112,9 @@ class AlgoConfig:
     def check(self) -> None:
         """Raise ConfigError on the first invalid setting (also run on the final config by
         `validate`, since the CPU defaults may change fields after construction)."""
-        check_choice("algo", self.name, ALGO_NAMES)
-        check_choice("algo.actor_q_reduce", self.actor_q_reduce, ("min", "mean"))
+        check_fields(self, "algo")
         if self.name == "ppo":  # PPO reads none of the replay / C51 settings below
             return
-        check_choice("algo.replay_obs_dtype", self.replay_obs_dtype, REPLAY_OBS_DTYPES)
-        check_choice("algo.replay_action_dtype", self.replay_action_dtype, REPLAY_ACTION_DTYPES)
         if (self.v_min is None) != (self.v_max is None):
             raise ConfigError(
                 f"algo.v_min={self.v_min} and algo.v_max={self.v_max}: set both (a fixed support) "
@@ -124,23 +122,21 @@ class AlgoConfig:
             )
         if self.v_min is not None and self.v_min >= self.v_max:  # type: ignore[operator]
             raise ConfigError(f"algo.v_min ({self.v_min}) must be < algo.v_max ({self.v_max})")
-        if not self.return_scale_max > 0:
-            raise ConfigError(f"algo.return_scale_max must be > 0 (got {self.return_scale_max})")
-        if self.num_atoms < 2:
-            raise ConfigError(f"algo.num_atoms must be >= 2 (got {self.num_atoms})")
         if self.buffer_size <= self.n_step:
             raise ConfigError(
                 f"algo.buffer_size={self.buffer_size} (capacity per env) must exceed "
                 f"algo.n_step={self.n_step}"
             )
-        if self.n_step < 1 or self.num_updates < 1 or self.policy_frequency < 1:
+        if self.std_min > self.std_max:
             raise ConfigError(
-                "algo.n_step, algo.num_updates and algo.policy_frequency must be >= 1"
+                f"algo.std_min={self.std_min} must be <= algo.std_max={self.std_max} "
+                "(exploration noise std is drawn from U(std_min, std_max))"
             )
-        if not 0.0 < self.gamma <= 1.0:
-            raise ConfigError(f"algo.gamma must be in (0, 1] (got {self.gamma})")
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"algo.tau must be in (0, 1] (got {self.tau})")
+        if self.lr_min is not None and self.lr_min > min(self.critic_lr, self.actor_lr):
+            raise ConfigError(
+                f"algo.lr_min={self.lr_min} must be <= algo.critic_lr={self.critic_lr} and "
+                f"algo.actor_lr={self.actor_lr} (the cosine schedule anneals down to it)"
+            )
 
     @property
     def auto_value_range(self) -> bool:

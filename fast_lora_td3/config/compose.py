@@ -7,11 +7,14 @@ composition, so the override grammar, the type checks and the one-line errors ar
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fast_lora_td3.config.schema import TrainConfig, register_configs
 from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.fields import field_type, type_name
 
 __all__ = ["compose_config", "compose_run_config"]
 
@@ -37,12 +40,74 @@ def _compose(config_name: str, overrides: Sequence[str], saved: Mapping[str, Any
             ConfigStore.instance().store(name=config_name, node=node)
         with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
             dcfg = compose(config_name=config_name, overrides=list(overrides))
+        reject_unknown_keys(dcfg, TrainConfig, "")  # `+key=` / `++key=` add keys Hydra keeps
         return OmegaConf.to_object(dcfg)
     except ConfigError:
         raise
     except Exception as exc:  # Hydra / OmegaConf parse and validation errors
-        msg = " ".join(str(exc).split("\n")[0].split())
-        raise ConfigError(f"bad override: {msg}") from None
+        raise ConfigError(override_error(exc)) from None
+
+
+def _valid_keys(schema: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(schema))
+
+
+def unknown_key_message(dotted: str) -> str:
+    """`unknown key 'algo.nosuch': algo has no such setting; valid keys: …` for a dotted key."""
+    schema, prefix = TrainConfig, ""
+    *groups, _ = dotted.split(".")
+    for name in groups:  # descend while the key's prefix names a nested config group
+        names = {f.name for f in dataclasses.fields(schema)}
+        tp = field_type(schema, name)[0] if name in names else None
+        if not (tp and dataclasses.is_dataclass(tp)):
+            break
+        schema, prefix = tp, f"{prefix}{name}."
+    group = prefix.rstrip(".") or "the root config"
+    return f"unknown key {dotted!r}: {group} has no such setting; valid keys: {_valid_keys(schema)}"
+
+
+def reject_unknown_keys(node: Any, schema: type, prefix: str) -> None:
+    """ConfigError on the first key of the composed `node` that `schema` (a config dataclass) does
+    not declare: OmegaConf.to_object would drop it, so a misspelt `+key=` would do nothing."""
+    names = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(unknown_key_message(dotted))
+        tp, _ = field_type(schema, key)
+        if dataclasses.is_dataclass(tp) and node[key] is not None:
+            reject_unknown_keys(node[key], tp, f"{dotted}.")
+
+
+def override_error(exc: BaseException) -> str:
+    """One line for a Hydra / OmegaConf composition error: the key, what would be valid and the
+    value given (Hydra's own first line drops the key's type and a group's options)."""
+    text = str(exc)
+    cause = exc.__cause__
+    key = getattr(cause, "full_key", None)
+    if key and hasattr(cause, "object_type") and dataclasses.is_dataclass(cause.object_type):
+        name = str(getattr(cause, "key", key))
+        # Hydra names the override that failed; an earlier one may have set the same key
+        failed = re.match(r"Error merging override (.+)", text)
+        shown = failed.group(1).lstrip("+").partition("=")[2] if failed else repr(cause.value)
+        if name not in {f.name for f in dataclasses.fields(cause.object_type)}:
+            return unknown_key_message(key)
+        tp, optional = field_type(cause.object_type, name)
+        want = type_name(tp) + (" or null" if optional else "")
+        return f"{key}={shown} is not valid: use {want} (got {type(cause.value).__name__})"
+    if match := re.search(r"Could not find '([^/']+)/([^']*)'", text):
+        group, option = match.groups()
+        options = [
+            line.strip()
+            for line in text.split("Available options", 1)[-1]
+            .split("Config search path")[0]
+            .splitlines()[1:]
+            if line.strip() and not line.strip().endswith("_schema")
+        ]
+        return f"{group}={option} is not valid: use one of {', '.join(options)}"
+    if match := re.search(r"Could not (?:override|delete) '([^']+)'", text):
+        return unknown_key_message(match.group(1))
+    return "bad override: " + " ".join(text.split("\n")[0].split())
 
 
 def compose_config(overrides: Sequence[str]) -> TrainConfig:

@@ -47,12 +47,28 @@ def check_batch_divides(batch_size: int, num_envs: int) -> None:
         )
 
 
+def check_one_iteration(cfg: TrainConfig) -> None:
+    """total_steps must cover one iteration (one step of every env; PPO: one rollout), or the run
+    would train nothing and still export a policy and exit 0."""
+    per_iteration = cfg.env.num_envs
+    what = f"env.num_envs={cfg.env.num_envs}"
+    if cfg.algo.name == "ppo":
+        per_iteration *= cfg.ppo.num_steps_per_env
+        what += f" x ppo.num_steps_per_env={cfg.ppo.num_steps_per_env}"
+    if cfg.total_steps < per_iteration:
+        raise ConfigError(
+            f"total_steps={cfg.total_steps} is less than one iteration: use total_steps >= "
+            f"{per_iteration} ({what} env steps)"
+        )
+
+
 def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError on the first invalid setting of the final config (fields may have been
     changed after construction, e.g. by the CPU defaults, so every group is checked again)."""
     cfg.check()
     critic = cfg.critic
     validate_critic_config(critic)  # the family's own rules: its row of the critic table
+    check_one_iteration(cfg)
     if cfg.algo.name == "ppo":
         return
     check_batch_divides(cfg.algo.batch_size, cfg.env.num_envs)

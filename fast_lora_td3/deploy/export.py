@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 import fast_lora_td3
 from fast_lora_td3.runs.atomic_io import atomic_write_bytes
+from fast_lora_td3.runs.run_logger import ensure_dir
 
 ONNX_OPSET = 17
 """ONNX opset of the exported graph (17: the first with a LayerNormalization op, used by SiLU+LN actors)."""
@@ -228,11 +229,12 @@ def run_export(overrides: list[str]) -> int:
     own, rest = split_overrides(overrides)
     ckpt = resolve_checkpoint(own.get("checkpoint"))
     cfg, state = load_for_inference(ckpt, rest)
+    out = Path(own.get("out") or ckpt.parent.parent / "exported")
+    ensure_dir("out", out)  # before the env starts: a bad path is one line, not a traceback
     cfg.env.num_envs = 1
     env = make_env(cfg.env)
     try:
         learner = build_learner(cfg, env, state)
-        out = Path(own.get("out") or ckpt.parent.parent / "exported")
         paths = export_policy(learner, env, out, cfg, int(state.get("env_steps", 0)))
     finally:
         env.close()

@@ -5,40 +5,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fast_lora_td3.envs.backends import BACKEND_TABLE
-from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.fields import check_fields, setting
+
+GYM_VECTORIZATION_MODES = ("sync", "async")
+"""Valid values of `EnvConfig.gym_vectorization_mode`."""
 
 
 @dataclass
 class EnvConfig:
     """Which simulator and task to run, and how many copies."""
 
-    backend: str = "mjlab"
+    backend: str = setting("mjlab", choices=lambda: tuple(BACKEND_TABLE))
     """Simulator: `mjlab` (default, CPU or CUDA), `isaaclab` (NVIDIA GPU), `gymnasium`, or `dummy`
     (a simulator-free point mass for tests and benchmarks: tasks `PointMass-v0`, `PointMassAsym-v0`);
     further backends register with `fast_lora_td3.register_backend` (table: `envs/backends.py`)."""
-    task: str = "FastLoRA-Velocity-Flat-G1"
+    task: str = setting(
+        "FastLoRA-Velocity-Flat-G1", free="checked by the backend when the env is made"
+    )
     """Registered task id of the backend (e.g. `Mjlab-Cartpole-Swingup`, `Isaac-Velocity-Flat-G1-v0`,
     `Pendulum-v1`)."""
-    num_envs: int = 1024
+    num_envs: int = setting(1024, ge=1)
     """Number of parallel environments (> 0)."""
-    device: str = "cpu"
+    device: str = setting("cpu", pattern=r"cpu|cuda(:\d+)?", what="cpu, cuda or cuda:<i>")
     """Simulator device: `cpu`, `cuda` or `cuda:<i>` (gymnasium always simulates on CPU and
     moves tensors to this device)."""
-    seed: int | None = None
+    seed: int | None = setting(None, ge=0, lt=2**32)
     """Seed of the simulator's random number generators (reset noise, randomisation, commands);
     None: the top-level `seed`. Rank r of a data-parallel run uses seed + r."""
-    episode_length_s: float | None = None
+    episode_length_s: float | None = setting(None, gt=0)
     """Override of the task's episode length in seconds (mjlab / Isaac Lab); None keeps the task's."""
     randomize_episode_start: bool = False
     """Start each env's episode counter at a random step so time-outs are spread over time
     (decorrelated horizons; mjlab / Isaac Lab)."""
     video: bool = False
     """Render frames for video recording (turns on cameras in Isaac Lab, `rgb_array` rendering)."""
-    render_mode: str | None = None
+    render_mode: str | None = setting(None, choices=("rgb_array",))
     """Render mode passed to the simulator (`rgb_array` or None); `video=true` implies `rgb_array`."""
-    gym_vectorization_mode: str = "sync"
+    gym_vectorization_mode: str = setting("sync", choices=GYM_VECTORIZATION_MODES)
     """gymnasium only: `sync` (one process) or `async` (one subprocess per env)."""
-    action_clip: float = 1.0
+    action_clip: float = setting(1.0, gt=0)
     """Actions are clamped to [-action_clip, action_clip] before the simulator applies its own
     action scale (mjlab / Isaac Lab). gymnasium maps [-1, 1] affinely onto the Box bounds."""
 
@@ -46,19 +51,6 @@ class EnvConfig:
         self.check()
 
     def check(self) -> None:
-        """Every check that needs no simulator: backend, num_envs, action_clip, episode length and
-        render mode (the device and the backend's package are checked when the env is made)."""
-        if self.backend not in BACKEND_TABLE:
-            raise ConfigError(
-                f"env.backend={self.backend!r} is not valid; use one of {list(BACKEND_TABLE)}"
-            )
-        if not isinstance(self.num_envs, int) or self.num_envs <= 0:
-            raise ConfigError(f"env.num_envs={self.num_envs!r} must be a positive integer")
-        if not self.action_clip > 0:
-            raise ConfigError(f"env.action_clip={self.action_clip!r} must be > 0")
-        if self.episode_length_s is not None and not self.episode_length_s > 0:
-            raise ConfigError(f"env.episode_length_s={self.episode_length_s!r} must be > 0 or null")
-        if self.render_mode not in (None, "rgb_array"):
-            raise ConfigError(
-                f"env.render_mode={self.render_mode!r} is not valid; use null or 'rgb_array'"
-            )
+        """Every field against its declared valid values (no simulator needed); whether the device
+        exists and the backend's package is installed is checked when the env is made."""
+        check_fields(self, "env")

@@ -21,8 +21,6 @@ from fast_lora_td3.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-GYM_VECTORIZATION_MODES = ("sync", "async")
-
 
 class GymVecEnv:
     """``VecEnv`` over a gymnasium vector env with a flat ``Box`` observation and ``Box`` action."""
@@ -32,11 +30,6 @@ class GymVecEnv:
         import gymnasium as gym
         from gymnasium.vector import AutoresetMode
 
-        if cfg.gym_vectorization_mode not in GYM_VECTORIZATION_MODES:
-            raise ConfigError(
-                f"env.gym_vectorization_mode={cfg.gym_vectorization_mode!r} is not valid; "
-                f"use one of {list(GYM_VECTORIZATION_MODES)}"
-            )
         if cfg.randomize_episode_start:
             log.warning(
                 "env.randomize_episode_start is not supported by the gymnasium backend; ignored"

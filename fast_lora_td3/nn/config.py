@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from fast_lora_td3.errors import ConfigError
+from fast_lora_td3.fields import check_fields, setting
 
 ACTOR_FAMILIES = ("mlp", "simbav2")
 """Valid values of `ActorConfig.family`."""
@@ -16,50 +16,40 @@ WEIGHT_NORMS = ("none", "project", "forward")
 """Valid values of `CriticConfig.weight_norm`."""
 
 
-def _check_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name}={value} must be a positive integer")
-
-
-def _check_widths(name: str, dims: list[int]) -> None:
-    if not dims or any(d < 1 for d in dims):
-        raise ConfigError(f"{name}={list(dims)} must be a non-empty list of positive ints")
-
-
 @dataclass
 class CriticConfig:
     """Twin distributional critic. `family` selects the architecture."""
 
-    family: str = "mlp"
+    family: str = setting("mlp", what="a critic family of nn/critic.py")
     """A key of `nn.critic.CRITIC_FAMILIES` (a plain str, not a Literal, so `register_critic_family`
     can add one): built in `mlp`, `simbav2`, `simbav2_lora`, `mlp_lora`."""
-    hidden_dims: list[int] = field(default_factory=lambda: [1024, 512, 256])
+    hidden_dims: list[int] = setting(factory=lambda: [1024, 512, 256], min_len=1, ge=1)
     """Hidden widths of the `mlp` / `mlp_lora` families (FastTD3 recipe: 1024-512-256)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=MLP_ACTIVATIONS)
     """MLP style: `relu` (FastTD3) or `silu_layernorm` (FastSAC: Linear → LayerNorm → SiLU)."""
-    width: int = 512
+    width: int = setting(512, ge=1)
     """Hidden width `h` of the `simbav2` / `simbav2_lora` families."""
-    num_blocks: int = 2
+    num_blocks: int = setting(2, ge=1)
     """Number of SimbaV2 LERP residual blocks."""
     c_shift: float = 3.0
     """Constant appended to the normalised input by the SimbaV2 embedder."""
-    rank: int = 96
+    rank: int = setting(96, ge=1)
     """LoRA rank r of the `*_lora` families; must satisfy 0 < r < min(in, out) of every adapted layer."""
-    alpha: float | None = None
+    alpha: float | None = setting(None, gt=0)
     """LoRA scale numerator: ΔW is scaled by alpha / rank. None means alpha = rank (scale 1)."""
-    lora_init: str = "paper"
+    lora_init: str = setting("paper", choices=LORA_INITS)
     """`paper` (A, B normal, rows rescaled by kernel_init_scale) or `zero_b` (B = 0: ΔW starts at 0;
     needs weight_norm `forward` or `none`, since LoRA-WN has no well-defined scale for ΔW = 0)."""
-    kernel_init_scale: float = 0.5
+    kernel_init_scale: float = setting(0.5, gt=0)
     """κ: the paper init rescales each base row and each initial ΔW row to norm √κ. Must be < 1 with
     weight_norm=project (base rows strictly inside the unit sphere give LoRA-WN a unique root)."""
-    lora_layers: list[str] = field(default_factory=lambda: ["blocks"])
+    lora_layers: list[str] = setting(factory=lambda: ["blocks"], min_len=1)
     """Which linears get adapters. simbav2_lora: any of `blocks` (W1, W2 of every block), `embedder`,
     `head`. mlp_lora: `hidden` (every linear but the output layer) or `all`."""
-    weight_norm: str = "project"
+    weight_norm: str = setting("project", choices=WEIGHT_NORMS)
     """LoRA-WN for simbav2_lora: `project` (rescale B's columns after each step so effective rows are
     unit norm), `forward` (row-normalise W_eff in the forward pass) or `none`."""
-    num_members: int = 2
+    num_members: int = setting(2, ge=1)
     """Number of Q-networks evaluated as one batched computation (2 = twin critics)."""
 
     def __post_init__(self) -> None:
@@ -68,44 +58,26 @@ class CriticConfig:
     def check(self) -> None:
         """The checks of single fields; the family's own rules (its name, which layers a LoRA
         family adapts, LoRA-WN compatibility) live in its row of `nn.critic.CRITIC_FAMILIES`."""
-        _check_positive("critic.num_members", self.num_members)
-        if self.activation not in MLP_ACTIVATIONS:
-            raise ConfigError(
-                f"critic.activation={self.activation!r} is invalid; choose one of {MLP_ACTIVATIONS}"
-            )
-        _check_widths("critic.hidden_dims", self.hidden_dims)
-        _check_positive("critic.width", self.width)
-        _check_positive("critic.num_blocks", self.num_blocks)
-        if self.lora_init not in LORA_INITS:
-            raise ConfigError(
-                f"critic.lora_init={self.lora_init!r} is invalid; choose one of {LORA_INITS}"
-            )
-        if self.weight_norm not in WEIGHT_NORMS:
-            raise ConfigError(
-                f"critic.weight_norm={self.weight_norm!r} is invalid; choose one of {WEIGHT_NORMS}"
-            )
-        _check_positive("critic.rank", self.rank)
-        if self.kernel_init_scale <= 0:
-            raise ConfigError(f"critic.kernel_init_scale={self.kernel_init_scale} must be > 0")
+        check_fields(self, "critic")
 
 
 @dataclass
 class ActorConfig:
     """Actor network; the head (deterministic TD3 or tanh-Gaussian SAC) follows the algorithm."""
 
-    family: str = "mlp"
+    family: str = setting("mlp", choices=ACTOR_FAMILIES)
     """`mlp` or `simbav2`."""
-    hidden_dims: list[int] = field(default_factory=lambda: [512, 256, 128])
+    hidden_dims: list[int] = setting(factory=lambda: [512, 256, 128], min_len=1, ge=1)
     """Hidden widths of the `mlp` family (FastTD3 / FastSAC recipe: 512-256-128)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=MLP_ACTIVATIONS)
     """`relu` (FastTD3) or `silu_layernorm` (FastSAC)."""
-    width: int = 256
+    width: int = setting(256, ge=1)
     """Hidden width of the `simbav2` family."""
-    num_blocks: int = 1
+    num_blocks: int = setting(1, ge=1)
     """Number of SimbaV2 blocks of the `simbav2` family."""
     c_shift: float = 3.0
     """SimbaV2 embedder shift."""
-    last_layer_std: float = 0.01
+    last_layer_std: float = setting(0.01, ge=0)
     """TD3, MLP family: std of the normal init of the last layer (MLP SAC heads are zero-initialised;
     SimbaV2 heads have unit-norm rows and a zero bias)."""
 
@@ -114,18 +86,4 @@ class ActorConfig:
 
     def check(self) -> None:
         """Raise ConfigError (one line naming the setting and the valid values) on a bad config."""
-        if self.family not in ACTOR_FAMILIES:
-            raise ConfigError(
-                f"actor.family={self.family!r} is invalid; choose one of {ACTOR_FAMILIES}"
-            )
-        if self.family == "mlp":
-            if self.activation not in MLP_ACTIVATIONS:
-                raise ConfigError(
-                    f"actor.activation={self.activation!r} is invalid; choose 'relu' or 'silu_layernorm'"
-                )
-            _check_widths("actor.hidden_dims", self.hidden_dims)
-        else:
-            _check_positive("actor.width", self.width)
-            _check_positive("actor.num_blocks", self.num_blocks)
-        if self.last_layer_std < 0:
-            raise ConfigError(f"actor.last_layer_std={self.last_layer_std} must be >= 0")
+        check_fields(self, "actor")

@@ -40,6 +40,48 @@ def _timestamp() -> str:
     return _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
 
+def ensure_dir(key: str, path: str | os.PathLike[str], value: object = None) -> Path:
+    """Create directory `path` (and its parents) or raise one ConfigError line naming the setting
+    `key` (its value `value`, default `path`): a regular file in the way, no permission, a
+    read-only or virtual file system."""
+    path = Path(path)
+    shown = path if value is None else value
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except FileExistsError:
+        raise ConfigError(
+            f"{key}={str(shown)!r} cannot be used: {path} is a file, not a directory"
+        ) from None
+    except NotADirectoryError:
+        raise ConfigError(
+            f"{key}={str(shown)!r} cannot be used: a parent of {path} is a regular file"
+        ) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"{key}={str(shown)!r} cannot be used: {path} cannot be created or written ({reason})"
+        ) from None
+    return path
+
+
+def remove_failed_run_dir(run_dir: Path, log_root: str | os.PathLike[str]) -> None:
+    """Remove a run directory this start made (a failed start leaves none behind), then each
+    parent up to and including `log_root` that is left empty."""
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    root = Path(log_root).resolve()
+    parent = run_dir.resolve().parent
+    while parent == root or root in parent.parents:
+        try:
+            parent.rmdir()  # only empty directories: anything else stays
+        except OSError:
+            return
+        parent = parent.parent
+
+
 def make_run_dir(log_root: str | os.PathLike[str], task: str, run_name: str = "") -> Path:
     """Create `<log_root>/<task>/<YYYY-MM-DD_HH-MM-SS>[_<run_name>]/` with checkpoints/, exported/,
     videos/; a `_1`, `_2`, … suffix avoids collisions with an existing directory."""
@@ -49,10 +91,9 @@ def make_run_dir(log_root: str | os.PathLike[str], task: str, run_name: str = ""
         raise ConfigError(f"run_name must not contain path separators, got {run_name!r}")
     stamp = _timestamp()
     base = f"{stamp}_{run_name}" if run_name else stamp
-    parent = Path(log_root) / task.replace("/", "_").replace(
-        "\\", "_"
-    )  # e.g. gym ids "ALE/Pong-v5"
-    parent.mkdir(parents=True, exist_ok=True)
+    # e.g. gym ids "ALE/Pong-v5"
+    parent = Path(log_root) / task.replace("/", "_").replace("\\", "_")
+    ensure_dir("log_dir", parent, log_root)
     for i in range(10_000):
         run_dir = parent / (base if i == 0 else f"{base}_{i}")
         try:
