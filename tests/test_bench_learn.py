@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fast_lora_td3.bench.learn import SUITES, plan_runs, run_bench_learn
+from fast_lora_td3.bench.learn import plan_runs, run_bench_learn
 from fast_lora_td3.bench.plots import CURVE_POINTS, PLOTS
+from fast_lora_td3.bench.suites import SUITES
 from fast_lora_td3.cli import main
 from fast_lora_td3.config.compose import compose_config
 from fast_lora_td3.config.validate import validate
