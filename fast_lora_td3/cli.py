@@ -20,7 +20,7 @@ import typing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 EXIT_USER_ERROR = 2
 EXIT_NON_FINITE = 1
@@ -294,9 +294,17 @@ def command_help(command: str) -> str:
     return "\n".join(parts)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as the project's one line (no usage block), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _print_error(ValueError(f"{message} (see fast-lora-td3 --help)"))
+        sys.exit(EXIT_USER_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser (sub-commands take Hydra overrides as free arguments)."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="fast-lora-td3",
         description="FastTD3 / FastSAC with SimbaV2-LoRA critics. Overrides: key=value (Hydra).",
     )

@@ -192,10 +192,12 @@ def refuse_ppo_resume(cfg: TrainConfig) -> None:
 
 def dry_run(cfg: TrainConfig) -> int:
     """Validate `cfg` and print a summary; builds nothing and writes nothing (`dry_run=true`)."""
+    from fast_lora_td3.envs.factory import check_task
     from fast_lora_td3.envs.launch import world_size_from_environment
 
     world = world_size_from_environment()
     validate(cfg)
+    check_task(cfg.env)  # an unknown task id is a mistake a dry run must catch too
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise ConfigError(f"device={cfg.device!r} is not valid: use cpu, cuda, cuda:N or auto")
     print(

@@ -214,3 +214,19 @@ def test_play_num_envs_and_eval_num_envs_disagreeing_is_one_line(
     assert cli_module.main(argv) == 2
     err = capsys.readouterr().err
     assert "env.num_envs=3" in err and "eval.num_envs=4" in err and len(err.splitlines()) == 1
+
+
+def test_a_mistyped_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_module.main(["trian"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1
+    assert "invalid choice: 'trian'" in err[0] and "'train'" in err[0]
+
+
+def test_a_dry_run_checks_the_task_id(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["train", "env.backend=dummy", "dry_run=true"]
+    assert cli_module.main([*base, "--task=Nope-v0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "env.task='Nope-v0'" in err[0] and "PointMass-v0" in err[0]
+    assert cli_module.main([*base, "--task=PointMass-v0"]) == 0

@@ -66,8 +66,15 @@ def make_env(cfg: EnvConfig) -> VecEnv:
     validate_env_config(cfg)
     if cfg.seed is None:
         cfg = dataclasses.replace(cfg, seed=0)  # a standalone env without a run seed
+    env_cls = check_task(cfg)
+    return env_cls(cfg)
+
+
+def check_task(cfg: EnvConfig) -> type:
+    """The backend's adapter class, once `cfg.task` is one of its task ids (from the adapter's
+    static `task_ids()`: nothing is built; Isaac Lab checks its ids itself when it starts)."""
     env_cls = backend_class(cfg.backend)
     task_ids = env_cls.task_ids()
     if task_ids is not None and cfg.task not in task_ids:
         raise unknown_task_error(cfg.backend, cfg.task, task_ids)
-    return env_cls(cfg)
+    return env_cls
