@@ -91,13 +91,13 @@ def test_watch_warns_once_after_consecutive_saturated_rows() -> None:
     assert watch.check({"critic_loss": 1.0}) is None  # rows without updates are ignored
 
 
-def train_rows(tmp_path: Path, extra: list[str]) -> tuple[list[dict], str]:
+def train_rows(tmp_path: Path, extra: list[str]) -> list[dict]:
     overrides = [*SMALL, "total_steps=2400", "algo.gamma=0.99", "log_interval=10", *extra]
     trainer = Trainer(compose_config(overrides), tmp_path)
     trainer.train()
     trainer.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines], ""
+    return [json.loads(line) for line in lines]
 
 
 def test_fixed_support_below_the_returns_warns_and_the_automatic_range_does_not(
@@ -105,7 +105,7 @@ def test_fixed_support_below_the_returns_warns_and_the_automatic_range_does_not(
 ) -> None:
     """The point mass earns about 1 per step, so γ = 0.99 returns reach tens: a [-1, 1] support
     saturates; the automatic range scales them into its support."""
-    rows, _ = train_rows(tmp_path / "fixed", ["algo.v_min=-1", "algo.v_max=1"])
+    rows = train_rows(tmp_path / "fixed", ["algo.v_min=-1", "algo.v_max=1"])
     out = capsys.readouterr().out
     assert "end atom algo.v_max=1 " in out and out.count("warning: ") == 1
     late = [r for r in rows if "value/end_mass_high" in r][-3:]
@@ -113,7 +113,7 @@ def test_fixed_support_below_the_returns_warns_and_the_automatic_range_does_not(
     assert all(r["value/q_max_pos"] > 0.9 for r in late)
     assert all("actor/saturated_actions" in r for r in late)
 
-    rows, _ = train_rows(tmp_path / "auto", [])
+    rows = train_rows(tmp_path / "auto", [])
     out = capsys.readouterr().out
     assert "warning: " not in out
     late = [r for r in rows if "value/end_mass_high" in r][-3:]
