@@ -124,6 +124,13 @@ def test_untuned_suite_runs_ours_with_task_keys_only_and_gives_every_run_the_sam
     gym = {"Hopper-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5"}
     assert {(t, "sb3_td3") for t in gym} <= peers
     assert {("HalfCheetah-v5", "sb3_sac"), ("Humanoid-v5", "sb3_sac")} <= peers
+    # Both trainers on every task: FastSAC beside SB3 SAC and our FastTD3.
+    ours = {(r.task, r.method) for r in runs}
+    assert {(t, m) for t in tasks for m in ("default", "simbav2_lora", "fastsac")} <= ours
+    fastsac = next(r for r in runs if r.method == "fastsac")
+    assert compose_config(fastsac.command[fastsac.command.index("train") + 1 :]).algo.name == (
+        "fastsac"
+    )
 
 
 def test_each_run_is_pinned_to_its_workers_core(tmp_path: Path) -> None:

@@ -141,9 +141,9 @@ SUITES = {
         workers=2,
         note="LoRA vs dense at the same width (the presets fix every family's size)",
     ),
-    # Issue 17: a new user's runs. Only the backend, task, env count, budget and seed are set (no
-    # preset, no tuned key); every run gets WALL_S seconds on its own core. ~51 runs, ~4.3 h with
-    # workers=2; run it in pieces (`only=`, `seeds=`): finished runs are skipped.
+    # A new user's runs. Only the backend, task, env count, budget and seed are set (no preset, no
+    # tuned key); every run gets WALL_S seconds on its own core. 22 runs per seed, ~2 h per seed
+    # with workers=2; run it in pieces (`only=`, `seeds=`): finished runs are skipped.
     "untuned": Suite(
         name="untuned",
         tasks=(
@@ -179,7 +179,7 @@ SUITES = {
                 wall_marks=UNTUNED_WALL_MARKS,
             ),
         ),
-        critics=("default", "simbav2_lora"),
+        critics=("default", "simbav2_lora", "fastsac"),
         seeds=(1, 2, 3),
         workers=2,
         note="a new user's runs: no preset, no tuned key, equal wall-clock per run on one core",
