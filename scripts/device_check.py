@@ -11,6 +11,9 @@ script goes on; parts that would overrun `--budget-s` print `{"skipped": "time b
   eager: max metric diff and relative parameter-update error), `update` (updates/s, samples/s,
   GEMM GFLOP/s, peak memory; timed with replay sampling, delayed actor updates, Polyak), and
   `sync_debug` (the step under torch.cuda.set_sync_debug_mode("error")).
+* `reward_scale_live` (issue 17): the default (automatic value range) SimbaV2-LoRA update with the
+  reward scale changed between steps, as the collector changes it; each mode (graphed_eager,
+  graphed on CUDA; compiled on CPU) vs eager: a graph that froze the scale at capture would differ.
 * `lora_ratio`: simbav2_lora / simbav2 time per update, per mode (target ≤ 1.05).
 * `auto_select` (runs first, issue 10): the G1 FastTD3-LoRA preset's update (simbav2_lora, b8192,
   amp bf16) with `compile=auto cuda_graph=auto`, and with `cuda_graph=false`: the mode the
@@ -222,6 +225,48 @@ def auto_select(ctx: dict[str, Any], smoke: bool) -> None:
         guarded(part, one)
 
 
+def reward_scale_live(ctx: dict[str, Any], smoke: bool) -> None:
+    """Compiled and graphed steps read the reward scale that the collector updates between them."""
+    device = ctx["device"]
+    opts = {**UPDATE_DEFAULTS, **REFERENCE, "critic": "simbav2_lora", "batch_size": "8192"}
+    opts.update(SMOKE if smoke else {})
+    replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                           int(opts["action_dim"]), device, n_step=8)  # fmt: skip
+    batches = [replay.sample_nstep(int(opts["batch_size"])) for _ in range(4)]
+    envs = int(opts["num_envs"])
+    returns = [torch.linspace(-1.0, 1.0, envs, device=device) * 50.0 * 4**i for i in range(4)]
+    modes = ["eager", "compiled"] if smoke else ["eager", "graphed_eager", "graphed"]
+    reference = None
+    for mode in modes:
+        part = {"part": "reward_scale_live", "mode": mode}
+
+        def one(mode: str = mode, part: dict = part) -> None:
+            nonlocal reference
+            learner = _Update(opts, device).learner("simbav2_lora")
+            assert learner.reward_scaler is not None, "bench defaults lost the automatic range"
+            cfg = UpdateStepConfig(
+                **_MODE_FLAGS[mode], compile_backend=ctx["backend"] or "inductor"
+            )
+            step = UpdateStep(learner, cfg)
+            start = {n: t.detach().clone() for n, t in learner.state_tensors()}
+            torch.manual_seed(1234)
+            history, scales = [], []
+            for g, batch in zip(returns, batches, strict=True):
+                learner.update_reward_scale(g)  # between steps, as the collector does
+                history.append({k: float(v) for k, v in step(batch).items()})
+                scales.append(float(learner.reward_scaler.scale()))
+            tensors = {n: t.detach().clone() for n, t in learner.state_tensors() if n in start}
+            result = (history, tensors, 0.0)
+            if reference is None:
+                reference = (result, start)
+                emit({**part, "scales": scales})
+                return
+            emit({**part, "vs": "eager", "scales": scales,
+                  **compare(reference[0], result, reference[1])})  # fmt: skip
+
+        guarded(part, one)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, run every part within the time budget, print JSON lines."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -247,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     only = {c for c in ns.only.split(",") if c}
     if not only or "auto_select" in only:
         auto_select(ctx, ns.cpu_smoke)
+    if not only or "reward_scale_live" in only:
+        reward_scale_live(ctx, ns.cpu_smoke)
     for name, over, modes in CONFIGS:
         if only and name not in only:
             continue

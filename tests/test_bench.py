@@ -158,7 +158,7 @@ def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
 
 def test_device_check_cpu_smoke_exercises_every_part() -> None:
     cmd = [sys.executable, str(ROOT / "scripts/device_check.py"), "--cpu-smoke"]
-    cmd += ["--only", "auto_select,td3_simbav2_lora,td3_simbav2_dense"]
+    cmd += ["--only", "auto_select,reward_scale_live,td3_simbav2_lora,td3_simbav2_dense"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     lines = [json.loads(line) for line in out.strip().splitlines()]
     assert not [r for r in lines if "error" in r], lines
@@ -171,3 +171,6 @@ def test_device_check_cpu_smoke_exercises_every_part() -> None:
     assert auto["line"].startswith("update step: compiled (") and "parity check" in auto["line"]
     parity = next(r for r in lines if r["part"] == "parity")
     assert parity["max_metric_rel_diff"] < 1e-3 and parity["max_update_rel_err"] < 1e-2
+    live = [r for r in lines if r["part"] == "reward_scale_live"]  # the scale moves between steps
+    assert [r["mode"] for r in live] == ["eager", "compiled"] and len(set(live[0]["scales"])) == 4
+    assert live[1]["max_metric_rel_diff"] < 1e-3 and live[1]["max_update_rel_err"] < 1e-2

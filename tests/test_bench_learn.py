@@ -56,6 +56,37 @@ def test_smoke_suite_runs_peers_and_writes_results_table_and_plots(tmp_path: Pat
     assert len(stamps) == 6
     assert run_bench_learn(["smoke", f"out={out}"]) == 0
     assert stamps == {p: p.stat().st_mtime for p in stamps}
+    # Each run records the commit that executed it; ours carry the health numbers, peers none.
+    assert all("commit" in r for m in methods.values() for r in m["runs"])
+    for r in lora + dense:
+        assert 0 <= r["end_mass_max"] <= 1 and 0 <= r["saturated_rows"] <= 1
+        assert 0 <= r["saturated_actions"] <= 1 and r["alpha"] is None
+    assert all(r["end_mass_max"] is None for r in methods["sb3_td3"]["runs"])
+    assert "## Health: saturation and entropy (`health`)" in table
+    _merge_carries_earlier_runs_instead_of_rerunning(out, tmp_path)
+
+
+def _merge_carries_earlier_runs_instead_of_rerunning(out: Path, tmp_path: Path) -> None:
+    """merge=RESULTS_JSON: a later session's suite keeps an earlier session's runs (here seed 1
+    only, from a file) and adds the runs it finds or makes itself (seed 2, already done in out)."""
+    earlier = json.loads((out / "results.json").read_text())
+    for method in earlier["tasks"]["pendulum_cpu"]["methods"].values():
+        method["runs"] = [dict(r, run_dir="elsewhere") for r in method["runs"] if r["seed"] == 1]
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    stamps = {p: p.stat().st_mtime for p in out.glob("runs/*/*/*/metrics.jsonl")}
+    assert run_bench_learn(["smoke", f"out={out}", f"merge={tmp_path / 'earlier.json'}"]) == 0
+    assert stamps == {p: p.stat().st_mtime for p in stamps}  # nothing rerun
+    merged = json.loads((out / "results.json").read_text())
+    for name, method in merged["tasks"]["pendulum_cpu"]["methods"].items():
+        assert [(r["seed"], r["run_dir"] == "elsewhere") for r in method["runs"]] == [
+            (1, True),
+            (2, False),
+        ], name
+        assert method["summary"]["seeds"] == 2
+    assert merged["seeds"] == [1, 2]
+    wrong = dict(earlier, suite="cpu")
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    assert main(["bench", "learn", "smoke", f"out={out}", f"merge={tmp_path / 'wrong.json'}"]) == 2
 
 
 def test_cpu_suite_plan_covers_lora_vs_dense_and_peers_and_configs_compose(tmp_path: Path) -> None:

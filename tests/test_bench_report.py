@@ -91,6 +91,53 @@ def test_headline_rows_read_as_the_hand_formatted_cpu_page() -> None:
     assert rows[2] in page and rows[3] in page
 
 
+def test_wall_marks_and_health_rows_by_hand() -> None:
+    def run(seed: int, mass: float | None, alpha: float | None = None) -> dict:
+        health = {"end_mass_max": mass, "saturated_rows": None if mass is None else mass / 2}
+        return {"seed": seed, "env_steps": 1000.0 * seed, **health, "alpha": alpha}
+
+    def summary(seeds: int, **extra: dict) -> dict:
+        marks = {"60": _stat(10.0, 5.0, 15.0, seeds), "600": _stat(1234.0, 1000.0, 1500.0, seeds)}
+        return {"seeds": seeds, "wall_returns": marks, "final_eval_return": _stat(2000.0, n=1)}
+
+    sac = summary(2)
+    sac.update(
+        saturated_actions=_stat(0.05, 0.0, 0.1, 2),
+        alpha=_stat(0.02, 0.01, 0.03, 2),
+        entropy=_stat(-5.0, -6.0, -4.0, 2),
+        entropy_target=_stat(-6.0, -6.0, -6.0, 2),
+    )
+    results = {
+        "tasks": {
+            "Hopper-v5": {
+                "spec": {"wall_marks": [60.0, 600.0]},
+                "methods": {
+                    "fastsac": {"runs": [run(1, 0.02, 0.01), run(2, 0.3, 0.03)], "summary": sac},
+                    "sb3_td3": {"runs": [run(1, None)], "summary": summary(1)},
+                },
+            },
+            "halfcheetah_cpu": {"spec": {"wall_marks": []}, "methods": {}},
+        }
+    }
+    rows = BLOCKS["wall-marks"](results).splitlines()
+    assert rows[0] == (
+        "| task | method | seeds | return @ 60 s | return @ 600 s | final eval return "
+        "| env steps in the budget |"
+    )
+    assert rows[2] == (
+        "| Hopper-v5 | fastsac | 2 | 10 [5, 15] | 1,234 [1,000, 1,500] | 2,000 "
+        "| 1,500 [1,000, 2,000] |"
+    )
+    assert rows[3].startswith("| Hopper-v5 | sb3_td3 | 1 | 10 | 1,234 |") and len(rows) == 4
+    rows = BLOCKS["health"](results).splitlines()
+    assert len(rows) == 3  # the peer has no value support: no row
+    assert rows[2] == (
+        "| Hopper-v5 | fastsac | 2 | 0.30 | 0.15 | 0.05 [0, 0.1] | 0.02 [0.01, 0.03] "
+        "| -5 [-6, -4] / -6 [-6, -6] |"
+    )
+    assert BLOCKS["wall-marks"]({"tasks": {"t": {"spec": {}, "methods": {}}}}).startswith("(no")
+
+
 def test_shrink_averages_consecutive_points_and_rounds() -> None:
     pts = np.array([[s, s / 10, s * 2.0] for s in range(1, 11)], dtype=np.float64)
     assert shrink(pts, 20) == [[s, round(s / 10, 2), s * 2.0] for s in range(1, 11)]

@@ -11,6 +11,7 @@ from fast_lora_td3.bench.stats import (
     bootstrap_ci,
     bootstrap_diff_ci,
     curve,
+    health_metrics,
     mean_curve,
     run_metrics,
     time_to_threshold,
@@ -60,6 +61,22 @@ def test_run_metrics_collects_final_returns_and_section4_metrics() -> None:
     assert m["steps_to_threshold"] == 400.0 and m["seconds_to_threshold"] == 5.0
     assert m["final_critic_loss"] == 2.0 and m["weight_change_norm"] == 2.5
     assert m["adapter_delta_norm"] == pytest.approx(5.0)  # sqrt(3² + 4²); ranks are not norms
+    assert m["end_mass_max"] is None and m["alpha"] is None  # never logged: not zero
+
+
+def test_health_reads_the_worst_end_mass_the_saturated_share_and_the_last_sac_row() -> None:
+    rows = [
+        {"value/end_mass_low": 0.02, "value/end_mass_high": 0.05, "actor/saturated_actions": 0.9},
+        {"episode_return": 3.0},  # a row without an update window
+        {"value/end_mass_low": 0.30, "value/end_mass_high": 0.01, "alpha": 0.2, "entropy": -5.0},
+        {"value/end_mass_low": 0.00, "value/end_mass_high": 0.12, "actor/saturated_actions": 0.1},
+        {"value/end_mass_low": 0.04, "value/end_mass_high": 0.10, "entropy_target": -6.0},
+    ]
+    h = health_metrics(rows)
+    assert h["end_mass_max"] == 0.30  # the low end of row 3
+    assert h["saturated_rows"] == pytest.approx(2 / 4)  # 0.30 and 0.12 exceed 0.1; 0.10 does not
+    assert h["saturated_actions"] == 0.1 and h["alpha"] == 0.2  # the last row that logged each
+    assert (h["entropy"], h["entropy_target"]) == (-5.0, -6.0)
 
 
 def test_bootstrap_ci_exact_enumeration_by_hand() -> None:

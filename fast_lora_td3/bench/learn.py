@@ -1,5 +1,5 @@
-"""`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]` and
-`fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
+"""`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]
+[merge=RESULTS_JSON]` and `fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
 
 Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
 same machine, then aggregates them with fast_lora_td3.bench.stats (mean and 95 % bootstrap CI of
@@ -21,6 +21,10 @@ critic at the preset's sizes), `ppo` (the rsl_rl baseline, `algo=ppo`, mjlab tas
 extra). Every method gets the task's env-step budget. A run whose directory holds `bench_done.json`
 is not run again, so an interrupted suite continues where it stopped (ours also resume from their
 checkpoints). Runs are single-threaded (OMP_NUM_THREADS=1); `workers` runs that many at once.
+
+`merge=RESULTS_JSON` carries the finished runs of an earlier results.json of the same suite (a
+committed docs/results/SUITE/results.json) into this one and does not rerun them, so a suite longer
+than one machine's session grows over sessions. Each run records the commit that executed it.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
             run.command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin
         )
     record = {"rc": rc, "process_s": time.perf_counter() - t0, "command": run.command}
+    record["commit"] = _commit()
     if core is not None:
         record["core"] = core
     if rc == 0:
@@ -125,11 +130,22 @@ def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
     return record
 
 
-def run_suite(suite: Suite, out: Path, workers: int | None = None) -> list[dict[str, Any]]:
-    """Run (or continue) every run of `suite` under `out`; returns the per-run records."""
-    runs = plan_runs(suite, out)
+RunKey = tuple[str, str, int]
+"""(task, method, seed): a run's identity across results files."""
+
+
+def run_suite(
+    suite: Suite, out: Path, workers: int | None = None, skip: frozenset[RunKey] = frozenset()
+) -> list[dict[str, Any]]:
+    """Run (or continue) every run of `suite` under `out` but those in `skip`; returns the
+    per-run records."""
+    runs = [r for r in plan_runs(suite, out) if (r.task, r.method, r.seed) not in skip]
     n = workers or suite.workers
-    print(f"bench learn {suite.name}: {len(runs)} runs, {n} at a time, into {out}", flush=True)
+    carried = f" ({len(skip)} carried from merge=)" if skip else ""
+    print(
+        f"bench learn {suite.name}: {len(runs)} runs{carried}, {n} at a time, into {out}",
+        flush=True,
+    )
 
     # Each worker owns one core, so runs never share one (wall-clock budgets stay comparable).
     cores: queue.SimpleQueue[int | None] = queue.SimpleQueue()
@@ -158,9 +174,34 @@ def _diff_ci(per_method: dict[str, Any], lora: str, dense: str, key: str) -> lis
     return list(ci) if ci else None
 
 
-def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-run metrics and shrunk curves from each run's metrics.jsonl and the aggregates per task
-    and method."""
+def carried_runs(path: Path, suite: Suite) -> dict[RunKey, dict[str, Any]]:
+    """The finished runs (per-run numbers and curves) of an earlier results.json of `suite`."""
+    from fast_lora_td3.bench.report import load_results
+
+    results = load_results(path)
+    if results["suite"] != suite.name:
+        raise ConfigError(
+            f"bench learn: merge={path} holds the {results['suite']!r} suite, not {suite.name!r}: "
+            f"give a results.json of the {suite.name} suite"
+        )
+    return {
+        (task, method, run["seed"]): run
+        for task, t in results["tasks"].items()
+        for method, m in t["methods"].items()
+        for run in m["runs"]
+        if run.get("rc") == 0
+    }
+
+
+def collect(
+    suite: Suite,
+    records: list[dict[str, Any]],
+    carried: dict[RunKey, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Per-run metrics and shrunk curves from each run's metrics.jsonl, plus the `carried` runs of
+    an earlier results file, and the aggregates per task and method (tasks and methods without a
+    run are left out)."""
+    carried = carried or {}
     tasks: dict[str, Any] = {}
     for task in suite.tasks:
         per_method: dict[str, Any] = {}
@@ -171,7 +212,12 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
                 rows = bench_stats.read_rows(Path(r["run_dir"]) / "metrics.jsonl")
                 m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold, task.wall_marks)
                 runs.append({"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m})
+                runs[-1]["commit"] = r.get("commit")
                 runs[-1]["curves"] = run_curves(rows)
+            runs += [run for (t, mt, _), run in carried.items() if (t, mt) == (task.key, method)]
+            if not runs:
+                continue
+            runs.sort(key=lambda run: run["seed"])
             per_method[method] = {
                 "runs": runs,
                 "summary": bench_stats.aggregate(runs, task.checkpoints),
@@ -183,12 +229,17 @@ def collect(suite: Suite, records: list[dict[str, Any]]) -> dict[str, Any]:
                     f"{key}_diff_ci95": _diff_ci(per_method, lora, dense, key)
                     for key in ("final_eval_return", "auc_return")
                 }
+        if not per_method:
+            continue
         tasks[task.key] = {
             "spec": asdict(task),
             "methods": per_method,
             "lora_vs_dense": comparisons,
         }
-    return {"suite": suite.name, "note": suite.note, "seeds": list(suite.seeds), "tasks": tasks}
+    seeds = sorted(
+        {r["seed"] for t in tasks.values() for m in t["methods"].values() for r in m["runs"]}
+    )
+    return {"suite": suite.name, "note": suite.note, "seeds": seeds, "tasks": tasks}
 
 
 def _commit() -> str | None:
@@ -227,8 +278,8 @@ def run_bench_learn(args: list[str]) -> int:
             f"bench learn: unknown suite {name!r}: use one of {', '.join(SUITES)} "
             "(or `report RESULTS_JSON`)"
         )
-    suite = SUITES[name]
-    opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": ""}
+    suite = full = SUITES[name]
+    opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": "", "merge": ""}
     for word in rest:
         key, eq, value = word.partition("=")
         if not eq or key not in opts:
@@ -251,13 +302,16 @@ def run_bench_learn(args: list[str]) -> int:
             raise ConfigError(f"bench learn: only={','.join(sorted(unknown))} not in the suite")
         suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.key in keep))
     out = Path(opts["out"])
-    records = run_suite(suite, out, workers)
+    carried = carried_runs(Path(opts["merge"]), full) if opts["merge"] else {}
+    records = run_suite(suite, out, workers, skip=frozenset(carried))
+    if carried:  # the merged file keeps every task and seed it had (the specs are the suite's)
+        suite = replace(full, tasks=tuple(replace(t, seeds=None) for t in full.tasks))
     command = " ".join(["fast-lora-td3", "bench", "learn", *args])
     results = {
         "suite": suite.name,
         "command": command,
         "commit": _commit(),
-        **collect(suite, records),
+        **collect(suite, records, carried),
     }
     write_report(results, out)
     failed = [r for r in records if r["rc"] != 0]

@@ -1,9 +1,11 @@
 """`bench learn` outputs: results.json, results.md (Markdown tables) and the curve plots, and
 `bench learn report RESULTS_JSON [page=FILE]`, which redraws them from a results.json alone.
 
-results.md holds three tables that a page can quote: `headline` (per task and method: final eval
-return, last training return, time to threshold, wall-clock), `lora-vs-dense` (each LoRA family
-against its dense twin) and `tables` (every number per task). A page embeds them between
+results.md holds the tables that a page can quote (BLOCKS): `headline` (per task and method: final
+eval return, last training return, time to threshold, wall-clock), `wall-marks` (the return at
+each wall-clock mark of a wall-clock budget), `health` (value-support and action saturation, α and
+entropy), `lora-vs-dense` (each LoRA family against its dense twin) and `tables` (every number per
+task). A page embeds them between
 `<!-- BEGIN GENERATED: SUITE BLOCK -->` and `<!-- END GENERATED -->` lines, which `page=FILE`
 rewrites in place; tests/test_bench_report.py checks docs/RESULTS.md against the committed
 docs/results/*/results.json.
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fast_lora_td3.bench.plots import write_plots
+from fast_lora_td3.bench.stats import summarize
 from fast_lora_td3.errors import ConfigError
 
 MARKER = re.compile(
@@ -84,6 +87,68 @@ def headline(results: dict[str, Any]) -> str:
             reach += f" ({s['reached_threshold']}/{s['seeds']})"
             cells = [label, method, str(s["seeds"]), _ci(s["final_eval_return"])]
             cells += [_ci(s["final_train_return"]), reach, _ci(s["wall_time_s"])]
+            lines.append(_row(cells))
+    return "\n".join(lines) + "\n"
+
+
+def wall_marks(results: dict[str, Any]) -> str:
+    """Tasks with a wall-clock budget: per method, the training return at each wall-clock mark,
+    the final eval return and the env steps the budget bought."""
+    specs = [t["spec"] for t in results["tasks"].values()]
+    marks = sorted({f"{m:g}" for spec in specs for m in spec.get("wall_marks") or ()}, key=float)
+    if not marks:
+        return "(no task of this suite has a wall-clock budget)\n"
+    head = ["task", "method", "seeds", *[f"return @ {m} s" for m in marks]]
+    lines = _head([*head, "final eval return", "env steps in the budget"])
+    for name, task in results["tasks"].items():
+        if not task["spec"].get("wall_marks"):
+            continue
+        for method, data in task["methods"].items():
+            s = data["summary"]
+            cells = [name, method, str(s["seeds"])]
+            cells += [_ci(s["wall_returns"].get(m)) for m in marks]
+            env_steps = summarize([r.get("env_steps") for r in data["runs"]])
+            lines.append(_row([*cells, _ci(s["final_eval_return"]), _ci(env_steps)]))
+    return "\n".join(lines) + "\n"
+
+
+def _peak(stat: dict[str, Any] | None) -> str:
+    """The highest per-run value of a share, `–` when missing."""
+    return "–" if not stat or stat.get("max") is None else f"{stat['max']:.2f}"
+
+
+def health(results: dict[str, Any]) -> str:
+    """Per task and our method: the critic's end-atom mass (peak over rows, the worst run) and
+    share of saturated rows, the actor's saturated actions, and α and entropy against its target
+    (FastSAC). A run whose critic saturates shows peak mass near 1 and saturated rows > 0."""
+    lines = _head(
+        [
+            "task",
+            "method",
+            "seeds",
+            "peak end-atom mass (worst run)",
+            "rows over 0.1 (worst run)",
+            "saturated actions, last row",
+            "α, last row",
+            "entropy / target, last row",
+        ]
+    )
+    for name, task in results["tasks"].items():
+        for method, data in task["methods"].items():
+            runs = data["runs"]
+            if all(r.get("end_mass_max") is None for r in runs):
+                continue  # a peer: no value support
+            worst = {
+                k: {"max": max((r[k] for r in runs if r.get(k) is not None), default=None)}
+                for k in ("end_mass_max", "saturated_rows")
+            }
+            s = data["summary"]
+            entropy = "–"
+            if s.get("entropy", {}).get("mean") is not None:
+                entropy = f"{_ci(s['entropy'])} / {_ci(s['entropy_target'])}"
+            cells = [name, method, str(s["seeds"]), _peak(worst["end_mass_max"])]
+            cells += [_peak(worst["saturated_rows"]), _ci(s.get("saturated_actions"))]
+            cells += [_ci(s.get("alpha")), entropy]
             lines.append(_row(cells))
     return "\n".join(lines) + "\n"
 
@@ -178,6 +243,8 @@ def full_tables(results: dict[str, Any]) -> str:
 
 BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {
     "headline": headline,
+    "wall-marks": wall_marks,
+    "health": health,
     "lora-vs-dense": lora_vs_dense,
     "tables": full_tables,
 }
@@ -193,6 +260,14 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("command"):
         commit = results.get("commit") or "unknown"
         lines += [f"Produced by `{results['command']}` at commit `{commit}`.", ""]
+    runs = [r for t in results["tasks"].values() for m in t["methods"].values() for r in m["runs"]]
+    by_commit: dict[str, int] = {}
+    for run in runs:
+        key = run.get("commit") or "unrecorded"
+        by_commit[key] = by_commit.get(key, 0) + 1
+    if any(run.get("commit") for run in runs):
+        made = ", ".join(f"`{c}` ({n} runs)" for c, n in by_commit.items())
+        lines += [f"Runs executed by: {made}.", ""]
     lines += [
         f"Mean over seeds with the 95 % bootstrap CI in brackets. Final return: deterministic "
         "evaluation at the end; AUC: mean training-episode return over the run; @N: training "
@@ -202,7 +277,13 @@ def markdown(results: dict[str, Any]) -> str:
         f"(BLOCK one of {', '.join(BLOCKS)}).",
         "",
     ]
-    titles = ("Headline", "LoRA vs dense at the same width", "Full tables")
+    titles = (
+        "Headline",
+        "Return at wall-clock marks",
+        "Health: saturation and entropy",
+        "LoRA vs dense at the same width",
+        "Full tables",
+    )
     for title, (block, make) in zip(titles, BLOCKS.items(), strict=True):
         lines += [f"## {title} (`{block}`)", "", make(results)]
     return "\n".join(lines).rstrip("\n") + "\n"

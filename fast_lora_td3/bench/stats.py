@@ -9,6 +9,9 @@ episodes, logged by every method: ours, PPO, the SB3 peers). Definitions (all te
 * AUC return: the trapezoid area under return vs env steps divided by the steps it spans, i.e. the
   curve's mean return over training (comparable across budgets, in return units).
 * time to threshold: env steps and wall-clock seconds of the first row whose return ≥ threshold.
+* health (ours): the peak share of target mass on an end atom of the value support over the run's
+  rows, the share of rows above END_MASS_SATURATED (the training warning's threshold), and the last
+  row's share of saturated actions, α, policy entropy and entropy target (FastSAC).
 * 95 % bootstrap CI of a mean over seeds: percentile interval (inverted-CDF quantiles 2.5 % and
   97.5 %) of the resampled means. With n ≤ 6 seeds all nⁿ resamples are enumerated (exact, no RNG);
   beyond that 10,000 resamples from a fixed-seed generator.
@@ -29,6 +32,9 @@ CI_LEVEL = 0.95
 EXACT_MAX_N = 6
 """Enumerate every resample up to this many seeds (6⁶ = 46,656 resamples)."""
 MC_RESAMPLES = 10_000
+END_MASS_SATURATED = 0.1
+"""End-atom mass share above which a row counts as saturated (training's ValueRangeWatch warns
+after three such rows in a row)."""
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -134,6 +140,31 @@ def summarize(values: Sequence[float | None]) -> dict[str, Any]:
     return {"mean": float(np.mean(v)) if v else None, "ci95": list(ci) if ci else None, "n": len(v)}
 
 
+def health_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Whether the run's critic saturated its value support and its actor its action bounds, and
+    (FastSAC) where α and the policy entropy ended; None for what the run never logged."""
+    mass = [
+        max(r["value/end_mass_low"], r["value/end_mass_high"])
+        for r in rows
+        if isinstance(r.get("value/end_mass_low"), int | float)
+        and isinstance(r.get("value/end_mass_high"), int | float)
+    ]
+
+    def last(key: str) -> float | None:
+        return next(
+            (float(r[key]) for r in reversed(rows) if isinstance(r.get(key), int | float)), None
+        )
+
+    return {
+        "end_mass_max": max(mass) if mass else None,
+        "saturated_rows": sum(m > END_MASS_SATURATED for m in mass) / len(mass) if mass else None,
+        "saturated_actions": last("actor/saturated_actions"),
+        "alpha": last("alpha"),
+        "entropy": last("entropy"),
+        "entropy_target": last("entropy_target"),
+    }
+
+
 def run_metrics(
     rows: Sequence[dict[str, Any]],
     checkpoints: Sequence[int],
@@ -170,6 +201,7 @@ def run_metrics(
         "weight_change_norm": last.get("critic/weight_change_norm"),
         "weight_change_rel": last.get("critic/weight_change_rel"),
         "adapter_delta_norm": float(np.sqrt(np.sum(np.square(lora_norms)))) if lora_norms else None,
+        **health_metrics(rows),
     }
 
 
@@ -184,6 +216,12 @@ SUMMARY_KEYS = (
     "weight_change_norm",
     "weight_change_rel",
     "adapter_delta_norm",
+    "end_mass_max",
+    "saturated_rows",
+    "saturated_actions",
+    "alpha",
+    "entropy",
+    "entropy_target",
 )
 
 
@@ -191,7 +229,7 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> dic
     """Mean and bootstrap CI over seeds of every per-run number (one method on one task)."""
     out: dict[str, Any] = {"seeds": len(runs)}
     for key in SUMMARY_KEYS:
-        out[key] = summarize([r[key] for r in runs])
+        out[key] = summarize([r.get(key) for r in runs])  # runs stored before a key existed
     out["reached_threshold"] = sum(r["steps_to_threshold"] is not None for r in runs)
     out["checkpoint_returns"] = {
         str(c): summarize([r["checkpoint_returns"][str(c)] for r in runs]) for c in checkpoints
