@@ -32,6 +32,7 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,19 @@ def guarded(part: dict[str, Any], fn: Any) -> Any:
 
 
 def run_parity(
-    step: UpdateStep, batches: list[Any], seed: int, start: dict[str, torch.Tensor]
+    step: UpdateStep,
+    batches: list[Any],
+    seed: int,
+    start: dict[str, torch.Tensor],
+    before: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, float]], dict[str, torch.Tensor], float]:
-    """3 updates from the learner's current state; returns metrics, final tensors, first-call s."""
+    """One update per batch from the learner's current state (`before(i)` runs ahead of update
+    i); returns metrics, final tensors, first-call s."""
     torch.manual_seed(seed)
     history, first = [], 0.0
     for i, batch in enumerate(batches):
+        if before is not None:
+            before(i)
         t0 = time.perf_counter()
         out = step(batch)
         history.append({k: float(v) for k, v in out.items()})
@@ -249,14 +257,13 @@ def reward_scale_live(ctx: dict[str, Any], smoke: bool) -> None:
             )
             step = UpdateStep(learner, cfg)
             start = {n: t.detach().clone() for n, t in learner.state_tensors()}
-            torch.manual_seed(1234)
-            history, scales = [], []
-            for g, batch in zip(returns, batches, strict=True):
-                learner.update_reward_scale(g)  # between steps, as the collector does
-                history.append({k: float(v) for k, v in step(batch).items()})
+            scales: list[float] = []
+
+            def rescale(i: int) -> None:  # between steps, as the collector does
+                learner.update_reward_scale(returns[i])
                 scales.append(float(learner.reward_scaler.scale()))
-            tensors = {n: t.detach().clone() for n, t in learner.state_tensors() if n in start}
-            result = (history, tensors, 0.0)
+
+            result = run_parity(step, batches, 1234, start, before=rescale)
             if reference is None:
                 reference = (result, start)
                 emit({**part, "scales": scales})

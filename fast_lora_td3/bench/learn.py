@@ -211,9 +211,8 @@ def collect(
             for r in mine:
                 rows = bench_stats.read_rows(Path(r["run_dir"]) / "metrics.jsonl")
                 m = bench_stats.run_metrics(rows, task.checkpoints, task.threshold, task.wall_marks)
-                runs.append({"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m})
-                runs[-1]["commit"] = r.get("commit")
-                runs[-1]["curves"] = run_curves(rows)
+                run = {"seed": r["seed"], "rc": r["rc"], "run_dir": r["run_dir"], **m}
+                runs.append({**run, "commit": r.get("commit"), "curves": run_curves(rows)})
             runs += [run for (t, mt, _), run in carried.items() if (t, mt) == (task.key, method)]
             if not runs:
                 continue

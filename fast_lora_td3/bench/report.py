@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,10 @@ def wall_marks(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _peak(stat: dict[str, Any] | None) -> str:
-    """The highest per-run value of a share, `–` when missing."""
-    return "–" if not stat or stat.get("max") is None else f"{stat['max']:.2f}"
+def _peak(runs: list[dict[str, Any]], key: str) -> str:
+    """The highest per-run value of a share, `–` when no run has it."""
+    worst = max((r[key] for r in runs if r.get(key) is not None), default=None)
+    return "–" if worst is None else f"{worst:.2f}"
 
 
 def health(results: dict[str, Any]) -> str:
@@ -138,16 +140,12 @@ def health(results: dict[str, Any]) -> str:
             runs = data["runs"]
             if all(r.get("end_mass_max") is None for r in runs):
                 continue  # a peer: no value support
-            worst = {
-                k: {"max": max((r[k] for r in runs if r.get(k) is not None), default=None)}
-                for k in ("end_mass_max", "saturated_rows")
-            }
             s = data["summary"]
             entropy = "–"
             if s.get("entropy", {}).get("mean") is not None:
                 entropy = f"{_ci(s['entropy'])} / {_ci(s['entropy_target'])}"
-            cells = [name, method, str(s["seeds"]), _peak(worst["end_mass_max"])]
-            cells += [_peak(worst["saturated_rows"]), _ci(s.get("saturated_actions"))]
+            cells = [name, method, str(s["seeds"]), _peak(runs, "end_mass_max")]
+            cells += [_peak(runs, "saturated_rows"), _ci(s.get("saturated_actions"))]
             cells += [_ci(s.get("alpha")), entropy]
             lines.append(_row(cells))
     return "\n".join(lines) + "\n"
@@ -261,10 +259,7 @@ def markdown(results: dict[str, Any]) -> str:
         commit = results.get("commit") or "unknown"
         lines += [f"Produced by `{results['command']}` at commit `{commit}`.", ""]
     runs = [r for t in results["tasks"].values() for m in t["methods"].values() for r in m["runs"]]
-    by_commit: dict[str, int] = {}
-    for run in runs:
-        key = run.get("commit") or "unrecorded"
-        by_commit[key] = by_commit.get(key, 0) + 1
+    by_commit = Counter(run.get("commit") or "unrecorded" for run in runs)
     if any(run.get("commit") for run in runs):
         made = ", ".join(f"`{c}` ({n} runs)" for c, n in by_commit.items())
         lines += [f"Runs executed by: {made}.", ""]
