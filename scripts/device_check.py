@@ -20,6 +20,11 @@ script goes on; parts that would overrun `--budget-s` print `{"skipped": "time b
   start-up parity check chose (graphed → compiled → eager), its one-line reason, the seconds the
   choice took, and updates/s of the chosen step. `--cpu-smoke` runs the same chain with the
   candidates (compiled, eager) — graphs need CUDA — and the aot_eager backend.
+* `auto_fp32`: `compile=auto cuda_graph=auto` on the default fp32 update of FastSAC and FastTD3
+  (MLP critics, b8192): the mode a user's run gets and its one-line reason.
+* `verify_spread`: verify_compile (the start-up parity check of `compile=auto`) with its
+  tolerances off, on three batches per fp32 config (`amp=none`, the default) and mode: the errors
+  that its fp32 tolerance must admit.
 
 `--cpu-smoke` runs the same code paths with tiny sizes on CPU (compile backend aot_eager).
 """
@@ -45,7 +50,14 @@ from fast_lora_td3.bench.update import _MODE_FLAGS, UPDATE_DEFAULTS, _Update, ti
 from fast_lora_td3.training import update_step
 from fast_lora_td3.training.compile_setup import configure_backends
 from fast_lora_td3.training.update_mode import ModeFlags
-from fast_lora_td3.training.update_step import BATCH_FIELDS, UpdateStep, UpdateStepConfig
+from fast_lora_td3.training.update_step import (
+    _TOLERANCES,
+    BATCH_FIELDS,
+    UpdateStep,
+    UpdateStepConfig,
+    tolerance_precision,
+    verify_compile,
+)
 
 REFERENCE = {"obs_dim": "123", "action_dim": "37", "num_atoms": "251", "num_envs": "1024"}
 CONFIGS = [
@@ -58,6 +70,12 @@ CONFIGS = [
     ("sac_mlp", {"algo": "fastsac", "critic": "mlp", "batch_size": "8192", "num_atoms": "101",
                  "critic.hidden_dims": "768,384,192"},
      ["eager", "graphed_eager", "compiled"]),
+]  # fmt: skip
+FP32_CONFIGS = [  # what `train` verifies on CUDA with the default amp=none
+    ("sac_mlp", CONFIGS[3][1], ["graphed_eager", "graphed", "compiled"]),
+    ("td3_mlp", {"algo": "fasttd3", "critic": "mlp", "batch_size": "8192"},
+     ["graphed_eager", "graphed", "compiled"]),
+    ("td3_simbav2_lora", CONFIGS[0][1], ["graphed_eager", "graphed"]),
 ]  # fmt: skip
 SMOKE = {
     "obs_dim": "6", "action_dim": "2", "num_atoms": "11", "num_envs": "8", "batch_size": "32",
@@ -162,7 +180,7 @@ def check_config(name: str, opts: dict[str, str], modes: list[str], ctx: dict[st
             if reference is None:
                 reference = result
             else:
-                emit({"part": "parity", "config": name, "mode": step.mode, "vs": "eager",
+                emit({"part": "parity", "config": name, "mode": mode, "vs": "eager",
                       **compare(reference, result, start)})  # fmt: skip
             sec, _ = time_update(step, replay, batch_size, ctx["iters"], ctx["warmup"], pf)
             ctx["seconds"][(name, mode)] = sec
@@ -233,6 +251,64 @@ def auto_select(ctx: dict[str, Any], smoke: bool) -> None:
         guarded(part, one)
 
 
+def _spread(learner: Any, replay: Any, batch_size: int, cfg: UpdateStepConfig) -> dict[str, Any]:
+    """verify_compile on three fresh batches with every tolerance off: the measured errors."""
+    inf, update_errs, metric_diffs = float("inf"), [], []
+    for _ in range(3):
+        batch = replay.sample_nstep(batch_size)
+        r = verify_compile(learner, lambda b=batch: b, cfg, rtol=inf, atol=inf, update_rtol=inf)
+        update_errs.append(r["max_update_rel_err"])
+        metric_diffs.append(r["max_metric_diff"])
+    return {"update_rel_err": update_errs, "max_metric_diff": metric_diffs,
+            "update_rtol": _TOLERANCES[tolerance_precision(False, learner.device)][2]}  # fmt: skip
+
+
+def _auto_mode(learner: Any, replay: Any, batch_size: int, cfg: UpdateStepConfig) -> dict[str, Any]:
+    """The mode an `auto` UpdateStep chooses at its first call, and its one-line reason."""
+    step = UpdateStep(learner, cfg)
+    step(replay.sample_nstep(batch_size))
+    return {"mode": step.mode, "line": step.selection}
+
+
+def verify_spread(ctx: dict[str, Any], smoke: bool) -> None:
+    """verify_compile's errors with its tolerances off: three batches per fp32 config and mode."""
+    for name, over, modes in FP32_CONFIGS:
+        opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if smoke else {})}
+        replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                               int(opts["action_dim"]), ctx["device"], n_step=8)  # fmt: skip
+        learner = _Update(opts, ctx["device"]).learner(opts["critic"])
+        for mode in ["compiled"] if smoke else modes:
+            part = {"part": "verify_spread", "config": name, "mode": mode}
+            if time.perf_counter() > ctx["deadline"]:
+                emit({**part, "skipped": "time budget"})
+                continue
+            cfg = UpdateStepConfig(**_MODE_FLAGS[mode], compile_backend=ctx["backend"],
+                                   policy_frequency=int(opts["policy_frequency"]))  # fmt: skip
+            args = (learner, replay, int(opts["batch_size"]), cfg)
+            out = guarded(part, lambda a=args: _spread(*a))
+            if out is not None:
+                emit({**part, **out})
+
+
+def auto_fp32(ctx: dict[str, Any], smoke: bool) -> None:
+    """The mode `compile=auto cuda_graph=auto` gives the default fp32 FastSAC / FastTD3 update."""
+    for name, over, _ in FP32_CONFIGS[:2]:
+        part = {"part": "auto_fp32", "config": name}
+        if time.perf_counter() > ctx["deadline"]:
+            emit({**part, "skipped": "time budget"})
+            continue
+        opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if smoke else {})}
+        replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                               int(opts["action_dim"]), ctx["device"], n_step=8)  # fmt: skip
+        learner = _Update(opts, ctx["device"]).learner(opts["critic"])
+        cfg = UpdateStepConfig(compile="auto", cuda_graph="auto", compile_backend=ctx["backend"],
+                               policy_frequency=int(opts["policy_frequency"]))  # fmt: skip
+        args = (learner, replay, int(opts["batch_size"]), cfg)
+        out = guarded(part, lambda a=args: _auto_mode(*a))
+        if out is not None:
+            emit({**part, **out})
+
+
 def reward_scale_live(ctx: dict[str, Any], smoke: bool) -> None:
     """Compiled and graphed steps read the reward scale that the collector updates between them."""
     device = ctx["device"]
@@ -301,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         auto_select(ctx, ns.cpu_smoke)
     if not only or "reward_scale_live" in only:
         reward_scale_live(ctx, ns.cpu_smoke)
+    if not only or "auto_fp32" in only:
+        auto_fp32(ctx, ns.cpu_smoke)
+    if not only or "verify_spread" in only:
+        verify_spread(ctx, ns.cpu_smoke)
     for name, over, modes in CONFIGS:
         if only and name not in only:
             continue

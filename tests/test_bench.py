@@ -158,7 +158,8 @@ def test_flop_count_matches_closed_form_and_skips_critic_weight_grads() -> None:
 
 def test_device_check_cpu_smoke_exercises_every_part() -> None:
     cmd = [sys.executable, str(ROOT / "scripts/device_check.py"), "--cpu-smoke"]
-    cmd += ["--only", "auto_select,reward_scale_live,td3_simbav2_lora,td3_simbav2_dense"]
+    cmd += ["--only", "auto_select,reward_scale_live,verify_spread,auto_fp32,td3_simbav2_lora"]
+    cmd[-1] += ",td3_simbav2_dense"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     lines = [json.loads(line) for line in out.strip().splitlines()]
     assert not [r for r in lines if "error" in r], lines
@@ -174,3 +175,8 @@ def test_device_check_cpu_smoke_exercises_every_part() -> None:
     live = [r for r in lines if r["part"] == "reward_scale_live"]  # the scale moves between steps
     assert [r["mode"] for r in live] == ["eager", "compiled"] and len(set(live[0]["scales"])) == 4
     assert live[1]["max_metric_rel_diff"] < 1e-3 and live[1]["max_update_rel_err"] < 1e-2
+    spread = [r for r in lines if r["part"] == "verify_spread"]  # one row per fp32 config
+    assert [r["config"] for r in spread] == ["sac_mlp", "td3_mlp", "td3_simbav2_lora"]
+    assert all(len(r["update_rel_err"]) == 3 and max(r["update_rel_err"]) < 1e-2 for r in spread)
+    chosen = {r["config"]: r["mode"] for r in lines if r["part"] == "auto_fp32"}
+    assert chosen == {"sac_mlp": "eager", "td3_mlp": "eager"}  # CPU: `auto` is eager

@@ -211,6 +211,18 @@ def test_verify_compile_detects_metric_mismatch(monkeypatch) -> None:
         verify_compile(learner, batches, UpdateStepConfig(compile=True), steps=2)
 
 
+def test_tolerance_row_is_tf32_only_for_fp32_on_cuda_with_tf32(monkeypatch) -> None:
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    assert us.tolerance_precision(False, cuda) == "tf32"
+    assert us.tolerance_precision(False, cpu) == "fp32"
+    assert us.tolerance_precision(True, cuda) == "bf16"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert us.tolerance_precision(False, cuda) == "fp32"
+    # TF32 admits more than fp32 (measured on an H200) and less than bf16; a broken step moves ~100 %
+    assert us._TOLERANCES["fp32"][2] < us._TOLERANCES["tf32"][2] < us._TOLERANCES["bf16"][2] < 1
+
+
 def test_verify_compile_skips_when_nothing_is_compiled() -> None:
     result = verify_compile(make(), batches, EAGER)
     assert result["verified"] is False and result["mode"] == "eager"

@@ -77,7 +77,9 @@ class MetricsWindow:
         return dict(zip(keys, values, strict=True))
 
     def time_fractions(self) -> dict[str, float]:
-        """Share of each phase in the window's timed wall time."""
+        """Share of each phase in the window's timed host wall time. On CUDA the work is queued
+        without host syncs, so its time lands where the host next waits: an H200 run bound by its
+        graphed update showed `time/update_frac` 0.03 (docs/RESULTS.md, "On one H200")."""
         total = sum(self.timings.values()) or 1.0
         return {f"time/{k}_frac": v / total for k, v in self.timings.items()}
 
