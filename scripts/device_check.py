@@ -270,43 +270,45 @@ def _auto_mode(learner: Any, replay: Any, batch_size: int, cfg: UpdateStepConfig
     return {"mode": step.mode, "line": step.selection}
 
 
+def _fp32_setup(over: dict[str, str], ctx: dict[str, Any], smoke: bool) -> tuple:
+    """(options, filled replay, learner) of one FP32_CONFIGS entry."""
+    opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if smoke else {})}
+    replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
+                           int(opts["action_dim"]), ctx["device"], n_step=8)  # fmt: skip
+    return opts, replay, _Update(opts, ctx["device"]).learner(opts["critic"])
+
+
+def _emit_part(part: dict[str, Any], deadline: float, fn: Callable[..., dict], *args: Any) -> None:
+    """Run fn(*args) guarded and emit the part with its result, unless past the deadline."""
+    if time.perf_counter() > deadline:
+        emit({**part, "skipped": "time budget"})
+        return
+    out = guarded(part, lambda: fn(*args))
+    if out is not None:
+        emit({**part, **out})
+
+
 def verify_spread(ctx: dict[str, Any], smoke: bool) -> None:
     """verify_compile's errors with its tolerances off: three batches per fp32 config and mode."""
     for name, over, modes in FP32_CONFIGS:
-        opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if smoke else {})}
-        replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
-                               int(opts["action_dim"]), ctx["device"], n_step=8)  # fmt: skip
-        learner = _Update(opts, ctx["device"]).learner(opts["critic"])
+        opts, replay, learner = _fp32_setup(over, ctx, smoke)
         for mode in ["compiled"] if smoke else modes:
-            part = {"part": "verify_spread", "config": name, "mode": mode}
-            if time.perf_counter() > ctx["deadline"]:
-                emit({**part, "skipped": "time budget"})
-                continue
             cfg = UpdateStepConfig(**_MODE_FLAGS[mode], compile_backend=ctx["backend"],
                                    policy_frequency=int(opts["policy_frequency"]))  # fmt: skip
+            part = {"part": "verify_spread", "config": name, "mode": mode}
             args = (learner, replay, int(opts["batch_size"]), cfg)
-            out = guarded(part, lambda a=args: _spread(*a))
-            if out is not None:
-                emit({**part, **out})
+            _emit_part(part, ctx["deadline"], _spread, *args)
 
 
 def auto_fp32(ctx: dict[str, Any], smoke: bool) -> None:
     """The mode `compile=auto cuda_graph=auto` gives the default fp32 FastSAC / FastTD3 update."""
     for name, over, _ in FP32_CONFIGS[:2]:
-        part = {"part": "auto_fp32", "config": name}
-        if time.perf_counter() > ctx["deadline"]:
-            emit({**part, "skipped": "time budget"})
-            continue
-        opts = {**UPDATE_DEFAULTS, **REFERENCE, **over, **(SMOKE if smoke else {})}
-        replay = filled_replay(int(opts["num_envs"]), 16, int(opts["obs_dim"]),
-                               int(opts["action_dim"]), ctx["device"], n_step=8)  # fmt: skip
-        learner = _Update(opts, ctx["device"]).learner(opts["critic"])
+        opts, replay, learner = _fp32_setup(over, ctx, smoke)
         cfg = UpdateStepConfig(compile="auto", cuda_graph="auto", compile_backend=ctx["backend"],
                                policy_frequency=int(opts["policy_frequency"]))  # fmt: skip
+        part = {"part": "auto_fp32", "config": name}
         args = (learner, replay, int(opts["batch_size"]), cfg)
-        out = guarded(part, lambda a=args: _auto_mode(*a))
-        if out is not None:
-            emit({**part, **out})
+        _emit_part(part, ctx["deadline"], _auto_mode, *args)
 
 
 def reward_scale_live(ctx: dict[str, Any], smoke: bool) -> None:
