@@ -84,6 +84,19 @@ def _merge_carries_earlier_runs_instead_of_rerunning(out: Path, tmp_path: Path) 
         ], name
         assert method["summary"]["seeds"] == 2
     assert merged["seeds"] == [1, 2]
+    # methods=mlp: the mlp runs found in out replace the file's; the other methods keep the file's.
+    merge = f"merge={tmp_path / 'earlier.json'}"
+    assert run_bench_learn(["smoke", f"out={out}", merge, "methods=mlp"]) == 0
+    assert stamps == {p: p.stat().st_mtime for p in stamps}
+    methods = json.loads((out / "results.json").read_text())["tasks"]["pendulum_cpu"]["methods"]
+    elsewhere = {
+        m: [(r["seed"], r["run_dir"] == "elsewhere") for r in v["runs"]] for m, v in methods.items()
+    }
+    assert elsewhere == {
+        "mlp": [(1, False), (2, False)],
+        "mlp_lora": [(1, True)],
+        "sb3_td3": [(1, True)],
+    }
     wrong = dict(earlier, suite="cpu")
     (tmp_path / "wrong.json").write_text(json.dumps(wrong))
     assert main(["bench", "learn", "smoke", f"out={out}", f"merge={tmp_path / 'wrong.json'}"]) == 2
@@ -123,6 +136,10 @@ def test_bad_suite_or_option_is_a_one_line_error(capsys: pytest.CaptureFixture[s
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
     assert main(["bench", "learn", "smoke", "workers=two"]) == 2
     assert main(["bench", "learn", "smoke", "only=atari"]) == 2
+    assert main(["bench", "learn", "smoke", "methods=ppo"]) == 2
+    assert "methods=ppo not in the smoke suite: use some of mlp,mlp_lora,sb3_td3" in (
+        capsys.readouterr().err
+    )
 
 
 UNTUNED_KEYS = {"env.backend", "env.task", "env.num_envs", "total_steps", "seed", "critic"}

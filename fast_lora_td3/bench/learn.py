@@ -1,5 +1,5 @@
 """`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]
-[merge=RESULTS_JSON]` and `fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
+[methods=METHOD,…] [merge=RESULTS_JSON]` and `fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
 
 Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
 same machine, then aggregates them with fast_lora_td3.bench.stats (mean and 95 % bootstrap CI of
@@ -25,6 +25,8 @@ checkpoints). Runs are single-threaded (OMP_NUM_THREADS=1); `workers` runs that 
 `merge=RESULTS_JSON` carries the finished runs of an earlier results.json of the same suite (a
 committed docs/results/SUITE/results.json) into this one and does not rerun them, so a suite longer
 than one machine's session grows over sessions. Each run records the commit that executed it.
+`methods=METHOD,…` runs only those methods; with `merge=` their runs in the earlier file are
+replaced by this suite's (a method whose default changed is rerun, the other methods are carried).
 """
 
 from __future__ import annotations
@@ -73,6 +75,23 @@ def _method_override(method: str) -> str:
 def task_methods(suite: Suite, task: TaskSpec) -> tuple[str, ...]:
     """The critic families and peers run on `task`."""
     return (*(suite.critics if task.critics is None else task.critics), *task.peers)
+
+
+def only_methods(suite: Suite, keep: set[str]) -> Suite:
+    """`suite` with only the methods in `keep` (critic families, `fastsac`, peers) on each task."""
+    known = {m for t in suite.tasks for m in task_methods(suite, t)}
+    if keep - known:
+        raise ConfigError(
+            f"bench learn: methods={','.join(sorted(keep - known))} not in the {suite.name} "
+            f"suite: use some of {','.join(sorted(known))}"
+        )
+
+    def kept(task: TaskSpec) -> TaskSpec:
+        critics = suite.critics if task.critics is None else task.critics
+        peers = tuple(p for p in task.peers if p in keep)
+        return replace(task, critics=tuple(c for c in critics if c in keep), peers=peers)
+
+    return replace(suite, tasks=tuple(kept(t) for t in suite.tasks))
 
 
 def task_seeds(suite: Suite, task: TaskSpec) -> tuple[int, ...]:
@@ -278,7 +297,9 @@ def run_bench_learn(args: list[str]) -> int:
             "(or `report RESULTS_JSON`)"
         )
     suite = full = SUITES[name]
-    opts = {"out": f"bench_learn/{name}", "workers": "", "seeds": "", "only": "", "merge": ""}
+    opts = {"out": f"bench_learn/{name}"} | dict.fromkeys(
+        ("workers", "seeds", "only", "methods", "merge"), ""
+    )
     for word in rest:
         key, eq, value = word.partition("=")
         if not eq or key not in opts:
@@ -300,8 +321,12 @@ def run_bench_learn(args: list[str]) -> int:
         if unknown:
             raise ConfigError(f"bench learn: only={','.join(sorted(unknown))} not in the suite")
         suite = replace(suite, tasks=tuple(t for t in suite.tasks if t.key in keep))
+    methods = set(opts["methods"].split(",")) if opts["methods"] else set()
+    suite = only_methods(suite, methods) if methods else suite
     out = Path(opts["out"])
     carried = carried_runs(Path(opts["merge"]), full) if opts["merge"] else {}
+    # methods=: this suite's runs of those methods replace the earlier file's.
+    carried = {key: run for key, run in carried.items() if key[1] not in methods}
     records = run_suite(suite, out, workers, skip=frozenset(carried))
     if carried:  # the merged file keeps every task and seed it had (the specs are the suite's)
         suite = replace(full, tasks=tuple(replace(t, seeds=None) for t in full.tasks))
