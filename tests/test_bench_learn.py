@@ -117,6 +117,8 @@ def test_cpu_suite_plan_covers_lora_vs_dense_and_peers_and_configs_compose(tmp_p
         ("go1_flat_cpu", "ppo"),
         ("g1_flat_cpu", "ppo"),
         ("g1_flat_cpu", "simbav2_lora"),
+        ("g1_flat_cpu", "fastsac"),
+        ("halfcheetah_cpu", "fastsac"),
     } <= set(seeds)
     for r in runs:
         if r.method.startswith("sb3_"):

@@ -102,7 +102,7 @@ SUITES = {
     ),
     # 7.5 h of process time (~3.7 h with workers=2 on 2 cores; docs/RESULTS.md). LoRA vs dense
     # (all four families, 3 seeds) on HalfCheetah and Go1; Hopper and G1 run the default
-    # simbav2_lora against the peers. The claims come first, the one long G1 run (the 30-60 min
+    # simbav2_lora against the peers; FastSAC (`algo=fastsac` on the preset) runs on HalfCheetah and G1. The claims come first, the one long G1 run (the 30-60 min
     # humanoid run) last.
     "cpu": Suite(
         name="cpu",
@@ -114,6 +114,7 @@ SUITES = {
                 1000.0,
                 ("sb3_td3", "sb3_sac"),
                 "HalfCheetah-v5",
+                critics=(*CRITICS, "fastsac"),  # FastSAC with the preset's (FastTD3) settings
             ),
             TaskSpec("go1_flat_cpu", 32_000, (8_000, 16_000, 32_000), GO1_THRESHOLD, ("ppo",)),
             TaskSpec(
@@ -132,7 +133,7 @@ SUITES = {
                 (64_000, 128_000, 256_000),
                 G1_THRESHOLD,
                 ("ppo",),
-                critics=("simbav2_lora",),
+                critics=("simbav2_lora", "fastsac"),
                 seeds=(1,),
             ),
         ),
