@@ -270,7 +270,7 @@ def test_page_check_flags_stale_or_orphan_blocks(tmp_path: Path) -> None:
 
 
 def test_results_page_quotes_the_committed_results_as_generated() -> None:
-    # docs/results/cpu/ holds plots only: that run's results.json was not kept (docs/RESULTS.md).
+    # cpu: the HalfCheetah rerun; the first run's Go1 / Hopper / G1 tables are hand-made (not kept).
     assert page_mismatches(REPO / "docs" / "RESULTS.md", REPO / "docs" / "results") == [], (
         "run `fast-lora-td3 bench learn report docs/results/SUITE/results.json page=docs/RESULTS.md`"
     )
