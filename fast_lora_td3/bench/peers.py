@@ -107,6 +107,7 @@ def run_sb3_peer(
         model.learn(total_timesteps=total_steps, callback=Rows())
         row = flush_row(model.num_timesteps)
         eval_env = Monitor(gym.make(task))
+        eval_env.reset(seed=seed)  # seeded once: the 10 episodes' start states repeat with the seed
         mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES)
         row = {**row, "eval_return": float(mean), "wall_time_s": time.perf_counter() - t0}
         row.pop("episode_return", None)  # already written on the previous row
