@@ -193,3 +193,22 @@ def test_each_run_is_pinned_to_its_workers_core(tmp_path: Path) -> None:
     record = execute(RunSpec("t", "m", 1, tmp_path / "run", cmd), core=core)
     assert record["rc"] == 0 and record["core"] == core
     assert (tmp_path / "run" / "output.log").read_text().strip() == f"[{core}]"
+
+
+def test_a_run_records_the_commit_it_started_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A commit made while a long run goes on must not be credited with that run: the run's
+    # command moves the (fake) HEAD, and the record keeps the one it started from.
+    import sys
+
+    from fast_lora_td3.bench import learn
+
+    head = tmp_path / "HEAD"
+    head.write_text("started-at")
+    monkeypatch.setattr(learn, "_commit", head.read_text)
+    cmd = [sys.executable, "-c", f"open({str(head)!r}, 'w').write('ended-at')"]
+    record = learn.execute(learn.RunSpec("t", "m", 1, tmp_path / "run", cmd))
+    assert head.read_text() == "ended-at"
+    assert record["rc"] == 0 and record["commit"] == "started-at"
+    assert json.loads((tmp_path / "run" / learn.DONE_FILE).read_text())["commit"] == "started-at"

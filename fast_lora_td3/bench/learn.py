@@ -134,6 +134,7 @@ def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
         return json.loads(done.read_text())
     run.run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    commit = _commit()  # the code the run starts from, not HEAD when it ends
     t0 = time.perf_counter()
     with (run.run_dir / "output.log").open("w") as log:
         pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
@@ -141,7 +142,7 @@ def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
             run.command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin
         )
     record = {"rc": rc, "process_s": time.perf_counter() - t0, "command": run.command}
-    record["commit"] = _commit()
+    record["commit"] = commit
     if core is not None:
         record["core"] = core
     if rc == 0:
