@@ -46,7 +46,8 @@ def _stat(mean: float | None, lo: float = 0.0, hi: float = 0.0, n: int = 3) -> d
 
 
 def test_headline_rows_read_as_the_hand_formatted_cpu_page() -> None:
-    # Two rows of docs/RESULTS.md's hand-made cpu headline, from numbers that round to them.
+    # Two rows of the cpu suite's first run's hand-made headline (archived), from numbers that
+    # round to them.
     summary = {
         "seeds": 3,
         "final_eval_return": _stat(2201.3, 1533.4, 2830.6),
@@ -78,9 +79,8 @@ def test_headline_rows_read_as_the_hand_formatted_cpu_page() -> None:
         }
     }
     rows = headline(results).splitlines()
-    page = (REPO / "docs" / "RESULTS.md").read_text().splitlines()
-    cpu = page.index("## The `cpu` suite: presets at a fixed env-step budget")
-    assert rows[0] == page[page.index("### Headline", cpu) + 2]  # the same columns
+    page = (REPO / "docs" / "results" / "cpu_201f0ed" / "README.md").read_text().splitlines()
+    assert rows[0] == page[page.index("## Headline") + 2]  # the same columns
     assert rows[2] == (
         "| halfcheetah_cpu (40,000; threshold 1000) | mlp | 3 | 2,201 [1,533, 2,831] | "
         "1,824 [1,288, 2,159] | 32,000 [32,000, 32,000] / 204 [176, 252] (3/3) | 283 [253, 341] |"
