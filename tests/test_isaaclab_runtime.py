@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -69,10 +70,19 @@ def kit(monkeypatch: pytest.MonkeyPatch) -> StandInApp:
     return app
 
 
+def _pending_watchdogs() -> list[threading.Timer]:
+    return [
+        t
+        for t in threading.enumerate()
+        if isinstance(t, threading.Timer) and not t.finished.is_set()
+    ]
+
+
 def test_finish_closes_app_only_after_success(kit: StandInApp) -> None:
     with pytest.raises(_Exit) as exc:
         il.finish_simulation_app(0)
     assert exc.value.code == 0 and kit.closed == 1 and il._APP is None
+    assert _pending_watchdogs() == []  # close() returned: its watchdog must not fire later
 
 
 def test_finish_never_turns_a_failure_into_exit_0(kit: StandInApp) -> None:
@@ -88,7 +98,7 @@ def test_finish_keeps_exit_code_when_close_raises_systemexit(kit: StandInApp) ->
     kit.close = close  # type: ignore[method-assign]
     with pytest.raises(_Exit) as exc:
         il.finish_simulation_app(0)
-    assert exc.value.code == 0
+    assert exc.value.code == 0 and _pending_watchdogs() == []
 
 
 def test_cli_error_after_app_start_prints_traceback_and_exits_1(

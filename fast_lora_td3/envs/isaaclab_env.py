@@ -121,6 +121,8 @@ def finish_simulation_app(exit_code: int) -> int:
             app.close()
         except BaseException as exc:  # SystemExit from Kit included
             print(f"fast-lora-td3: warning: SimulationApp.close() raised {exc!r}", file=sys.stderr)
+        finally:
+            watchdog.cancel()  # close() returned: no timer may fire later in this process
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
