@@ -200,12 +200,15 @@ def dry_run(cfg: TrainConfig) -> int:
     check_task(cfg.env)  # an unknown task id is a mistake a dry run must catch too
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise ConfigError(f"device={cfg.device!r} is not valid: use cpu, cuda, cuda:N or auto")
-    print(
+    line = (
         f"dry run: config valid (algo={cfg.algo.name} critic={cfg.critic.family} "
         f"env={cfg.env.backend}:{cfg.env.task} num_envs={cfg.env.num_envs} world_size={world} "
-        f"run_dir={cfg.run_dir or '<new>'}); nothing built",
-        flush=True,
+        f"run_dir={cfg.run_dir or '<new>'}); nothing built\n"
     )
+    # One write: under PYTHONUNBUFFERED, print() writes text and newline apart, and the ranks of
+    # an srun step sharing one stdout interleave them.
+    sys.stdout.write(line)
+    sys.stdout.flush()
     return 0
 
 
