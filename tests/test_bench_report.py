@@ -272,5 +272,28 @@ def test_page_check_flags_stale_or_orphan_blocks(tmp_path: Path) -> None:
 def test_results_page_quotes_the_committed_results_as_generated() -> None:
     # cpu: the HalfCheetah rerun; the first run's Go1 / Hopper / G1 tables are hand-made (not kept).
     assert page_mismatches(REPO / "docs" / "RESULTS.md", REPO / "docs" / "results") == [], (
-        "run `fast-lora-td3 bench learn report docs/results/SUITE/results.json page=docs/RESULTS.md`"
+        "run `fast-lora-td3 bench learn report docs/results/*/results.json page=docs/RESULTS.md`"
     )
+
+
+def test_one_report_command_redraws_every_suite_of_a_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    smoke = _report_dir(tmp_path)
+    other = tmp_path / "docs" / "results" / "other" / "results.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({**json.loads(smoke.read_text()), "suite": "other"}))
+    page = tmp_path / "RESULTS.md"
+    page.write_text(PAGE)
+    args = ["bench", "learn", "report", str(smoke), str(other), f"page={page}"]
+    assert main(args) == 0
+    assert page_mismatches(page, smoke.parents[1]) == []
+    assert "another suite's table, left alone" not in page.read_text()
+    # One suite twice is a mistake caught before anything is written.
+    page.write_text(PAGE)
+    (smoke.parent / "results.md").unlink()
+    capsys.readouterr()
+    assert main(["bench", "learn", "report", str(smoke), str(smoke), f"page={page}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give one per suite" in err and len(err.splitlines()) == 1
+    assert page.read_text() == PAGE and not (smoke.parent / "results.md").exists()

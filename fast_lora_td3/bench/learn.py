@@ -1,5 +1,5 @@
 """`fast-lora-td3 bench learn SUITE [out=DIR] [workers=N] [seeds=1,2,3] [only=TASK,…]
-[methods=METHOD,…] [merge=RESULTS_JSON]` and `fast-lora-td3 bench learn report RESULTS_JSON [page=FILE]`.
+[methods=METHOD,…] [merge=RESULTS_JSON]` and `fast-lora-td3 bench learn report RESULTS_JSON… [page=FILE]`.
 
 Runs a named suite of (task preset × method × seed) training runs, each as its own process on the
 same machine, then aggregates them with fast_lora_td3.bench.stats (mean and 95 % bootstrap CI of

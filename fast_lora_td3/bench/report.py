@@ -1,5 +1,5 @@
 """`bench learn` outputs: results.json, results.md (Markdown tables) and the curve plots, and
-`bench learn report RESULTS_JSON [page=FILE]`, which redraws them from a results.json alone.
+`bench learn report RESULTS_JSON… [page=FILE]`, which redraws them from a results.json alone.
 
 results.md holds the tables that a page can quote (BLOCKS): `headline` (per task and method: final
 eval return, last training return, time to threshold, wall-clock), `wall-marks` (the return at
@@ -352,35 +352,49 @@ def load_results(path: Path) -> dict[str, Any]:
 
 
 def run_report(args: list[str]) -> int:
-    """`bench learn report RESULTS_JSON [page=FILE]`: results.md and the plots next to the JSON,
-    and the suite's generated blocks of FILE rewritten."""
-    if not args or "=" in args[0]:
-        raise ConfigError("bench learn report: give a results.json path first, then page=FILE")
-    path, page = Path(args[0]), None
-    for word in args[1:]:
+    """`bench learn report RESULTS_JSON… [page=FILE]`: results.md and the plots next to each JSON,
+    and each suite's generated blocks of FILE rewritten. Everything is read and checked before
+    anything is written."""
+    paths = [Path(a) for a in args if "=" not in a]
+    if not paths or "=" in args[0]:
+        raise ConfigError(
+            "bench learn report: give a results.json path (one per suite) first, then page=FILE"
+        )
+    page = None
+    for word in args[len(paths) :]:
         key, eq, value = word.partition("=")
         if key != "page" or not eq or not value:
             raise ConfigError(
                 f"bench learn report: bad argument {word!r}: the one option is page=FILE"
             )
         page = Path(value)
-    results = load_results(path)
+    every = [load_results(path) for path in paths]
+    suites = [results["suite"] for results in every]
+    if len(set(suites)) < len(suites):
+        raise ConfigError(
+            f"bench learn report: two results.json files of one suite ({', '.join(suites)}): "
+            "give one per suite"
+        )
     if page is not None:
         if not page.is_file():
             raise ConfigError(
                 f"bench learn report: no file page={page}: give the Markdown page to rewrite"
             )
-        text, count = rewrite_page(page.read_text(), results)
-        if not count:
-            raise ConfigError(
-                f"bench learn report: page={page} has no `<!-- BEGIN GENERATED: "
-                f"{results['suite']} BLOCK -->` lines: add them where the tables go"
-            )
-    out = path.parent
-    (out / "results.md").write_text(markdown(results))
-    drawn = write_plots(results, out)
-    print(f"wrote {out / 'results.md'} and {len(drawn)} plots", flush=True)
+        text, counts = page.read_text(), []
+        for results in every:
+            text, count = rewrite_page(text, results)
+            if not count:
+                raise ConfigError(
+                    f"bench learn report: page={page} has no `<!-- BEGIN GENERATED: "
+                    f"{results['suite']} BLOCK -->` lines: add them where the tables go"
+                )
+            counts.append(count)
+    for path, results in zip(paths, every, strict=True):
+        out = path.parent
+        (out / "results.md").write_text(markdown(results))
+        drawn = write_plots(results, out)
+        print(f"wrote {out / 'results.md'} and {len(drawn)} plots", flush=True)
     if page is not None:
         page.write_text(text)
-        print(f"rewrote {count} generated block(s) of {page}", flush=True)
+        print(f"rewrote {sum(counts)} generated block(s) of {page}", flush=True)
     return 0
