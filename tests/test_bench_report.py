@@ -270,7 +270,7 @@ def test_page_check_flags_stale_or_orphan_blocks(tmp_path: Path) -> None:
 
 
 def test_results_page_quotes_the_committed_results_as_generated() -> None:
-    # cpu: the HalfCheetah rerun; the first run's Go1 / Hopper / G1 tables are hand-made (not kept).
+    # Every generated block of the page, both suites, against the committed results.json files.
     assert page_mismatches(REPO / "docs" / "RESULTS.md", REPO / "docs" / "results") == [], (
         "run `fast-lora-td3 bench learn report docs/results/*/results.json page=docs/RESULTS.md`"
     )

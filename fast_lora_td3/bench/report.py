@@ -355,13 +355,14 @@ def run_report(args: list[str]) -> int:
     """`bench learn report RESULTS_JSON… [page=FILE]`: results.md and the plots next to each JSON,
     and each suite's generated blocks of FILE rewritten. Everything is read and checked before
     anything is written."""
-    paths = [Path(a) for a in args if "=" not in a]
-    if not paths or "=" in args[0]:
+    first_option = next((i for i, word in enumerate(args) if "=" in word), len(args))
+    paths = [Path(word) for word in args[:first_option]]
+    if not paths:
         raise ConfigError(
             "bench learn report: give a results.json path (one per suite) first, then page=FILE"
         )
     page = None
-    for word in args[len(paths) :]:
+    for word in args[first_option:]:
         key, eq, value = word.partition("=")
         if key != "page" or not eq or not value:
             raise ConfigError(
@@ -380,7 +381,7 @@ def run_report(args: list[str]) -> int:
             raise ConfigError(
                 f"bench learn report: no file page={page}: give the Markdown page to rewrite"
             )
-        text, counts = page.read_text(), []
+        text, rewritten = page.read_text(), 0
         for results in every:
             text, count = rewrite_page(text, results)
             if not count:
@@ -388,7 +389,7 @@ def run_report(args: list[str]) -> int:
                     f"bench learn report: page={page} has no `<!-- BEGIN GENERATED: "
                     f"{results['suite']} BLOCK -->` lines: add them where the tables go"
                 )
-            counts.append(count)
+            rewritten += count
     for path, results in zip(paths, every, strict=True):
         out = path.parent
         (out / "results.md").write_text(markdown(results))
@@ -396,5 +397,5 @@ def run_report(args: list[str]) -> int:
         print(f"wrote {out / 'results.md'} and {len(drawn)} plots", flush=True)
     if page is not None:
         page.write_text(text)
-        print(f"rewrote {sum(counts)} generated block(s) of {page}", flush=True)
+        print(f"rewrote {rewritten} generated block(s) of {page}", flush=True)
     return 0
