@@ -141,6 +141,31 @@ SUITES = {
         workers=2,
         note="LoRA vs dense at the same width (the presets fix every family's size)",
     ),
+    # LoRA vs dense at a size closer to the paper's critic (width 512 x 2 blocks, rank 96) on the
+    # halfcheetah_cpu preset's budget. One update costs ~0.55 s on one core (4x the cpu suite's
+    # width): a run is ~70 min, so one seed per family (~2.3 h of process time, workers=2).
+    "cpu_large": Suite(
+        name="cpu_large",
+        tasks=(
+            TaskSpec(
+                "halfcheetah_cpu",
+                40_000,
+                (10_000, 20_000, 40_000),
+                1000.0,
+                overrides=(
+                    "critic.width=512",
+                    "critic.num_blocks=2",
+                    "critic.rank=96",
+                    "critic.alpha=96",
+                ),
+                name="halfcheetah_cpu_512x2",
+            ),
+        ),
+        critics=("simbav2_lora", "simbav2"),
+        seeds=(1,),
+        workers=2,
+        note="LoRA vs dense SimbaV2 critics at width 512 x 2 blocks, rank 96 (one seed each)",
+    ),
     # A new user's runs. Only the backend, task, env count, budget and seed are set (no preset, no
     # tuned key); every run gets WALL_S seconds on its own core. 22 runs per seed, ~2 h per seed
     # with workers=2; run it in pieces (`only=`, `seeds=`): finished runs are skipped.
