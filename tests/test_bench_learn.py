@@ -133,6 +133,21 @@ def test_cpu_suite_plan_covers_lora_vs_dense_and_peers_and_configs_compose(tmp_p
             assert (cfg.critic.family, cfg.critic.width) == (r.method, 128)  # same width
 
 
+def test_cpu_large_suite_compares_simbav2_lora_and_dense_at_the_paper_like_size(
+    tmp_path: Path,
+) -> None:
+    runs = plan_runs(SUITES["cpu_large"], tmp_path)
+    assert {r.method for r in runs} == {"simbav2_lora", "simbav2"}
+    for r in runs:
+        cfg = compose_config(r.command[r.command.index("train") + 1 :])
+        validate(cfg)
+        critic = cfg.critic
+        assert (critic.family, critic.width, critic.num_blocks) == (r.method, 512, 2)
+        assert (critic.rank, critic.alpha) == (96, 96)
+        # Everything else is the halfcheetah_cpu preset's (the cpu suite's budget and recipe).
+        assert (cfg.total_steps, cfg.algo.batch_size, cfg.env.num_envs) == (40_000, 256, 8)
+
+
 def test_bad_suite_or_option_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "learn", "nosuch"]) == 2
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
