@@ -15,6 +15,9 @@ G1_THRESHOLD = 10.0
 """g1_flat_cpu return threshold: the untrained policy earned 1.8 per episode (falls after ~76
 steps), measured as for Go1 (docs/RESULTS.md)."""
 
+HALFCHEETAH_CPU_BUDGET = (40_000, (10_000, 20_000, 40_000), 1000.0)
+"""halfcheetah_cpu's env-step budget, checkpoints and return threshold (the cpu and cpu_large suites)."""
+
 UNTUNED_WALL_S = 600.0
 """Wall-clock seconds per run of the `untuned` suite (one core each)."""
 UNTUNED_WALL_MARKS = (60.0, 300.0, 600.0)
@@ -109,9 +112,7 @@ SUITES = {
         tasks=(
             TaskSpec(
                 "halfcheetah_cpu",
-                40_000,
-                (10_000, 20_000, 40_000),
-                1000.0,
+                *HALFCHEETAH_CPU_BUDGET,
                 ("sb3_td3", "sb3_sac"),
                 "HalfCheetah-v5",
                 critics=(*CRITICS, "fastsac"),  # FastSAC with the preset's (FastTD3) settings
@@ -143,15 +144,13 @@ SUITES = {
     ),
     # LoRA vs dense at a size closer to the paper's critic (width 512 x 2 blocks, rank 96) on the
     # halfcheetah_cpu preset's budget. One update costs ~0.55 s on one core (4x the cpu suite's
-    # width): a run is ~70 min, so one seed per family (~2.3 h of process time, workers=2).
+    # width): a run took 75-83 min, so one seed per family (2.6 h of process time, workers=2).
     "cpu_large": Suite(
         name="cpu_large",
         tasks=(
             TaskSpec(
                 "halfcheetah_cpu",
-                40_000,
-                (10_000, 20_000, 40_000),
-                1000.0,
+                *HALFCHEETAH_CPU_BUDGET,
                 overrides=(
                     "critic.width=512",
                     "critic.num_blocks=2",
