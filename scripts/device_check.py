@@ -84,8 +84,13 @@ SMOKE = {
 }  # fmt: skip
 
 
+_STARTED = time.perf_counter()
+
+
 def emit(record: dict[str, Any]) -> None:
-    """One JSON line, flushed (the run may be cut short by a timeout)."""
+    """One JSON line, flushed (the run may be cut short by a timeout), with the seconds since start
+    (`at_s`: a slow or stuck part shows where the time went)."""
+    record = {**record, "at_s": round(time.perf_counter() - _STARTED, 1)}
     print(json.dumps(record, default=str), flush=True)
 
 
