@@ -308,3 +308,22 @@ def test_cosine_schedule_before_the_first_actor_step_is_quiet(algo_name: str) ->
         (learner.actor_optimizer, algo.actor_lr),
     ):
         assert float(opt.param_groups[0]["lr"]) < lr
+
+
+@pytest.mark.parametrize("family", ["mlp", "simbav2"])
+def test_actor_preact_l2_adds_its_closed_form(family: str) -> None:
+    """`algo.actor_preact_l2=c` adds exactly `c · mean(u²)` of the pre-tanh output `u` to the TD3
+    actor loss, and `tanh(u)` is the actor's action for either actor family."""
+    from fast_lora_td3.nn.actor import DeterministicActor
+
+    torch.manual_seed(0)
+    plain, penalised = make(actor_preact_l2=0.0), make(actor_preact_l2=0.25)
+    penalised.load_state_dict(plain.state_dict())
+    batch = bandit_batch(64)
+    obs, _ = plain.normalize(batch.obs, batch.critic_obs)
+    gap = penalised.actor_loss(batch)[0] - plain.actor_loss(batch)[0]
+    torch.testing.assert_close(gap, 0.25 * plain.actor.preactivation(obs).square().mean())
+
+    actor = DeterministicActor(OBS, ACT, ActorConfig(family=family, hidden_dims=[16], width=16))
+    obs = torch.randn(32, OBS)
+    assert torch.equal(torch.tanh(actor.preactivation(obs)), actor(obs))

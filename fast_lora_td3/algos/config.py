@@ -86,6 +86,11 @@ class AlgoConfig:
     """See std_min."""
     use_target_actor: bool = False
     """TD3: use a Polyak-averaged target actor for a' (the reference uses the online actor)."""
+    actor_preact_l2: float = setting(0.0, ge=0)
+    """TD3: weight of an L2 penalty on the actor's pre-tanh output, `c · mean(u²)`, added to the actor
+    loss (the policy regulariser of the original SAC code, there 5e-4 on the Gaussian mean). It keeps
+    a deterministic tanh actor from locking into full-scale actions while the critic is still young.
+    0 turns it off."""
     actor_q_reduce: str = setting("min", choices=("min", "mean"))
     """How the actor loss reduces the Q ensemble: `min` (TD3) or `mean` (SAC)."""
     use_cdq: bool = True

@@ -78,11 +78,14 @@ class FastTD3Learner(OffPolicyLearner):
         """−mean over the batch of min (or mean) over critics of Q(s, actor(s))."""
         obs, cobs = self.normalize(batch.obs, batch.critic_obs)
         with self.autocast():
-            actions = self.actor(obs)
+            preact = self.actor.preactivation(obs)
+            actions = torch.tanh(preact)
             logits = self.critic_logits_frozen(cobs, actions)
         q = self.q_values(logits)  # [E, B]
         q = q.min(0).values if self.algo.actor_q_reduce == "min" else q.mean(0)
         loss = -q.mean()
+        if self.algo.actor_preact_l2 > 0:
+            loss = loss + self.algo.actor_preact_l2 * preact.float().square().mean()
         # A tanh actor stuck at its bounds stops learning: the share of saturated action components.
         saturated = (actions.detach().abs() > 0.95).float().mean()
         return loss, {"actor_loss": loss.detach(), "actor/saturated_actions": saturated}

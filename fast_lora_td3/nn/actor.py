@@ -83,7 +83,11 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         """`[B, obs_dim]` → actions `[B, action_dim]` in [-1, 1]."""
-        return torch.tanh(self.out(self.trunk(obs)))
+        return torch.tanh(self.preactivation(obs))
+
+    def preactivation(self, obs: Tensor) -> Tensor:
+        """`[B, obs_dim]` → the pre-tanh output `u` (actions are `tanh(u)`)."""
+        return self.out(self.trunk(obs))
 
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """The policy's action (exploration noise is the collector's business)."""
