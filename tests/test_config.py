@@ -32,6 +32,8 @@ BAD = [
     (["algo.buffer_size=4"], "algo.buffer_size=4"),
     (["algo.num_atoms=1"], "algo.num_atoms"),
     (["algo.actor_q_reduce=max"], "algo.actor_q_reduce"),
+    (["algo.actor_preact_l2=-1"], "algo.actor_preact_l2"),
+    (["algo=fastsac", "algo.actor_preact_l2=0.01"], "algo.actor_preact_l2=0.01 is a FastTD3"),
     (["algo.replay_obs_dtype=float16"], "algo.replay_obs_dtype='float16'"),
     (["algo.replay_action_dtype=int8"], "algo.replay_action_dtype"),
     (["algo.v_min=5", "algo.v_max=1"], "algo.v_min"),

@@ -72,6 +72,11 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.algo.name == "ppo":
         return
     check_batch_divides(cfg.algo.batch_size, cfg.env.num_envs)
+    if cfg.algo.name == "fastsac" and cfg.algo.actor_preact_l2 > 0:  # would be silently ignored
+        raise ConfigError(
+            f"algo.actor_preact_l2={cfg.algo.actor_preact_l2} is a FastTD3 setting: "
+            "use algo=fasttd3, or leave it at 0 with algo=fastsac (its entropy term keeps actions off the bounds)"
+        )
     widths = critic_adapted_widths(critic)  # None: the family has no adapters
     if widths is not None and not 0 < critic.rank < min(widths):
         raise ConfigError(
