@@ -366,11 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default=None, help="torch.compile backend (default inductor)")
     ap.add_argument("--only", default="", help="comma list of config names to run")
     ns = ap.parse_args(argv)
-    t0 = time.perf_counter()
     cuda = torch.cuda.is_available() and not ns.cpu_smoke
     device = torch.device("cuda" if cuda else "cpu")
     configure_backends(device)
-    ctx = {"device": device, "deadline": t0 + ns.budget_s, "seconds": {},
+    ctx = {"device": device, "deadline": _STARTED + ns.budget_s, "seconds": {},
            "iters": 3 if ns.cpu_smoke else ns.iters, "warmup": 2 if ns.cpu_smoke else 5,
            "backend": ns.backend or ("aot_eager" if ns.cpu_smoke else "inductor")}  # fmt: skip
     env = {"part": "env", "torch": torch.__version__, "device": str(device)}
@@ -399,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         dense = ctx["seconds"].get(("td3_simbav2_dense", mode))
         if lora and dense:
             emit({"part": "lora_ratio", "mode": mode, "ratio": lora / dense, "target": 1.05})
-    emit({"part": "done", "wall_s": time.perf_counter() - t0})
+    emit({"part": "done", "wall_s": time.perf_counter() - _STARTED})
     return 0
 
 
