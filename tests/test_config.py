@@ -126,3 +126,17 @@ def test_experiment_yaml_keys_differ_from_their_groups(path: Path) -> None:
         if key in SIZED_KEYS or key == "experiment":
             continue
         assert value != base[key], f"{path.name}: {key}: {value!r} is what the groups give"
+
+
+def test_actor_penalty_default_is_fasttd3s_and_presets_keep_theirs() -> None:
+    """Unset, `algo.actor_preact_l2` is FastTD3's measured default and off under FastSAC; every
+    FastTD3 preset pins 0 (tuned, and the GPU recipes published, without it)."""
+    from fast_lora_td3.algos.config import DEFAULT_ACTOR_PREACT_L2
+
+    assert compose_config([]).algo.preact_l2_weight == DEFAULT_ACTOR_PREACT_L2 > 0
+    assert compose_config(["algo=fastsac"]).algo.preact_l2_weight == 0.0
+    assert compose_config(["algo.actor_preact_l2=0.5"]).algo.preact_l2_weight == 0.5
+    validate(compose_config(["algo=fastsac", "algo.actor_preact_l2=0"]))  # 0 is allowed under SAC
+    for path in sorted((CONFIGS / "experiment").glob("*.yaml")):
+        algo = compose_config([f"experiment={path.stem}"]).algo
+        assert algo.preact_l2_weight == 0.0, path.stem

@@ -9,6 +9,9 @@ from fast_lora_td3.fields import check_fields, setting
 
 ALGO_NAMES = ("fasttd3", "fastsac", "ppo")
 """Valid values of `AlgoConfig.name` (the off-policy learners of `algos.LEARNERS`, and rsl_rl PPO)."""
+DEFAULT_ACTOR_PREACT_L2 = 0.01
+"""FastTD3's actor pre-tanh penalty when `algo.actor_preact_l2` is unset: probes on the untuned tasks
+cut the saturated-action share from 0.4-0.8 to under 0.1 and lifted early returns (docs/RESULTS.md)."""
 REPLAY_OBS_DTYPES = ("float32", "bfloat16")
 """Valid replay storage dtypes of observations."""
 REPLAY_ACTION_DTYPES = ("float32", "bfloat16", "float16")
@@ -86,11 +89,12 @@ class AlgoConfig:
     """See std_min."""
     use_target_actor: bool = False
     """TD3: use a Polyak-averaged target actor for a' (the reference uses the online actor)."""
-    actor_preact_l2: float = setting(0.0, ge=0)
+    actor_preact_l2: float | None = setting(None, ge=0)
     """TD3: weight of an L2 penalty on the actor's pre-tanh output, `c · mean(u²)`, added to the actor
     loss (the policy regulariser of the original SAC code, there 5e-4 on the Gaussian mean). It keeps
     a deterministic tanh actor from locking into full-scale actions while the critic is still young.
-    0 turns it off."""
+    Unset: `DEFAULT_ACTOR_PREACT_L2` under FastTD3 (chosen on the untuned suite, docs/RESULTS.md) and
+    off under FastSAC, whose entropy term does this job; 0 turns it off."""
     actor_q_reduce: str = setting("min", choices=("min", "mean"))
     """How the actor loss reduces the Q ensemble: `min` (TD3) or `mean` (SAC)."""
     use_cdq: bool = True
@@ -147,6 +151,13 @@ class AlgoConfig:
     def auto_value_range(self) -> bool:
         """Whether the run scales rewards and uses the automatic support (v_min/v_max unset)."""
         return self.v_min is None and self.v_max is None
+
+    @property
+    def preact_l2_weight(self) -> float:
+        """The actor pre-tanh penalty weight in force: as set, else FastTD3's default, 0 under FastSAC."""
+        if self.actor_preact_l2 is not None:
+            return float(self.actor_preact_l2)
+        return DEFAULT_ACTOR_PREACT_L2 if self.name == "fasttd3" else 0.0
 
     def support_bounds(self) -> tuple[float, float]:
         """(v_min, v_max) of the C51 support: as set, or ±2·return_scale_max when automatic."""

@@ -84,8 +84,8 @@ class FastTD3Learner(OffPolicyLearner):
         q = self.q_values(logits)  # [E, B]
         q = q.min(0).values if self.algo.actor_q_reduce == "min" else q.mean(0)
         loss = -q.mean()
-        if self.algo.actor_preact_l2 > 0:
-            loss = loss + self.algo.actor_preact_l2 * preact.float().square().mean()
+        if (c := self.algo.preact_l2_weight) > 0:  # a config float: no work and no sync when off
+            loss = loss + c * preact.float().square().mean()
         # A tanh actor stuck at its bounds stops learning: the share of saturated action components.
         saturated = (actions.detach().abs() > 0.95).float().mean()
         return loss, {"actor_loss": loss.detach(), "actor/saturated_actions": saturated}

@@ -72,7 +72,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.algo.name == "ppo":
         return
     check_batch_divides(cfg.algo.batch_size, cfg.env.num_envs)
-    if cfg.algo.name == "fastsac" and cfg.algo.actor_preact_l2 > 0:  # would be silently ignored
+    if cfg.algo.name == "fastsac" and (cfg.algo.actor_preact_l2 or 0) > 0:  # would be ignored
         raise ConfigError(
             f"algo.actor_preact_l2={cfg.algo.actor_preact_l2} is a FastTD3 setting: "
             "use algo=fasttd3, or leave it at 0 with algo=fastsac (its entropy term keeps actions off the bounds)"
