@@ -77,6 +77,20 @@ def test_all_checkpoints_corrupt_refuses_and_keeps_metrics(run: Path, tmp_path: 
         one_line(cli(command, f"checkpoint={run_dir}", cwd=tmp_path), "all 2 checkpoints")
 
 
+def test_a_new_run_records_the_actor_penalty_in_force(run: Path) -> None:
+    """config.yaml and the checkpoints hold the weight in force, not `null` (unset), so a later
+    change of its default cannot change what a resumed run trains with."""
+    import torch
+    import yaml
+
+    from fast_lora_td3.algos.config import DEFAULT_ACTOR_PREACT_L2
+
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["algo"]["actor_preact_l2"] == DEFAULT_ACTOR_PREACT_L2
+    state = torch.load(ckpts(run)[-1], map_location="cpu", weights_only=True, mmap=True)
+    assert state["config"]["algo"]["actor_preact_l2"] == DEFAULT_ACTOR_PREACT_L2
+
+
 def test_resume_from_the_given_checkpoint_file(run: Path, tmp_path: Path) -> None:
     run_dir = copy_run(run, tmp_path)
     older, _ = ckpts(run_dir)
