@@ -29,6 +29,22 @@ eager; env steps from gymnasium `make_vec(…, "sync")` and mjlab on CPU with ra
       mjlab G1 flat (16 / 64 / 256 envs)     6.5 / 3.3 / 3.8
       mjlab Go1 flat (32 / 64 / 128 envs)    11 / 8 / 6
 
+Re-measured 2026-12-06 on an idle 2-core machine (0.77× the speed of the one above by SB3 TD3's
+env steps; pinned, one thread; `… threads=1 num_envs=16 rounds=5 iters=20 actor.hidden_dims=[256,256]`
+with the critic flags below; FastTD3 with its actor penalty; medians of 5 alternating rounds):
+
+    one critic update                                                        ms
+      mlp 256-256, batch 256 / 512 / 1024                      11-15 / 20 / 38
+      mlp_lora 256-256 rank 16, batch 256                 0.97× its dense twin
+      simbav2 width 128 × 1 block, batch 256                                 19
+      simbav2_lora width 128 × 1 block, batch 256         26 (1.22× dense, 21)
+      simbav2 width 256 × 2 blocks, batch 256                                92
+    one 16-env gymnasium step (`make_vec(…, "sync")`, random actions), per env   ms
+      HalfCheetah-v5 0.050   Hopper-v5 0.112   Ant-v5 0.258   Humanoid-v5 0.260
+
+The tabled constants below still give the same choices (1 update per gymnasium vector step,
+the recipe's 4 for mjlab's 16 envs): an update still costs 3-20 vector steps of 16 gymnasium envs.
+
 Choice. The smallest sizes that still learn the MuJoCo tasks in the literature (SB3 zoo TD3 uses
 400-300 at batch 256): critic mlp 256-256 or SimbaV2 width 128 × 1 block, actor 256-256 (SimbaV2
 actor 128 × 1), batch 256 (rounded up to a multiple of num_envs). Updates per iteration: as many as
