@@ -226,9 +226,6 @@ def run_training(cfg: TrainConfig, explicit_keys: set[str] | None = None) -> int
     if explicit_keys is not None:
         saved = reuse_saved_config(cfg, explicit_keys)
         cfg, reused = saved, saved is not cfg
-    # The penalty weight in force goes into config.yaml and the checkpoints, so a later change of
-    # its default cannot change a resumed run.
-    cfg.algo.actor_preact_l2 = cfg.algo.preact_l2_weight
     if cfg.dry_run:
         return dry_run(cfg)
     dist = DistributedContext.from_environment(resolve_device(cfg.device))

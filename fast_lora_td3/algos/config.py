@@ -125,6 +125,11 @@ class AlgoConfig:
         check_fields(self, "algo")
         if self.name == "ppo":  # PPO reads none of the replay / C51 settings below
             return
+        if self.name == "fastsac" and self.preact_l2_weight > 0:  # FastSAC would ignore it
+            raise ConfigError(
+                f"algo.actor_preact_l2={self.actor_preact_l2} is a FastTD3 setting: use algo=fasttd3, "
+                "or leave it at 0 with algo=fastsac (its entropy term keeps actions off the bounds)"
+            )
         if (self.v_min is None) != (self.v_max is None):
             raise ConfigError(
                 f"algo.v_min={self.v_min} and algo.v_max={self.v_max}: set both (a fixed support) "

@@ -24,10 +24,14 @@ def resolve_device(device: str) -> str:
 
 def resolve_runtime(cfg: TrainConfig, device: str | None = None, *, env_seed: bool = True) -> None:
     """Resolve, in place and in one place, the device of training and simulation (`device`, e.g. a
-    data-parallel rank's, or else `cfg.device` with auto → cuda when available) and, with
-    `env_seed`, the simulator seed (env.seed None → the top-level seed)."""
+    data-parallel rank's, or else `cfg.device` with auto → cuda when available), the actor penalty
+    weight (`AlgoConfig.preact_l2_weight`) and, with `env_seed`, the simulator seed (env.seed None
+    → the top-level seed)."""
     cfg.device = resolve_device(cfg.device) if device is None else device
     cfg.env.device = cfg.device
+    # The actor penalty in force goes into config.yaml and the checkpoints: a later change of its
+    # default cannot change a resumed run.
+    cfg.algo.actor_preact_l2 = cfg.algo.preact_l2_weight
     if env_seed:
         cfg.env.seed = simulator_seed(cfg)
 
@@ -72,11 +76,6 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.algo.name == "ppo":
         return
     check_batch_divides(cfg.algo.batch_size, cfg.env.num_envs)
-    if cfg.algo.name == "fastsac" and (cfg.algo.actor_preact_l2 or 0) > 0:  # would be ignored
-        raise ConfigError(
-            f"algo.actor_preact_l2={cfg.algo.actor_preact_l2} is a FastTD3 setting: "
-            "use algo=fasttd3, or leave it at 0 with algo=fastsac (its entropy term keeps actions off the bounds)"
-        )
     widths = critic_adapted_widths(critic)  # None: the family has no adapters
     if widths is not None and not 0 < critic.rank < min(widths):
         raise ConfigError(
