@@ -62,6 +62,32 @@ def test_values_the_user_or_preset_set_are_kept_even_when_equal_to_the_defaults(
     assert note is None and cfg.algo.batch_size == 32768
 
 
+def test_fasttd3_actor_lr_follows_the_cpu_batch() -> None:
+    """FastTD3's actor lr becomes CPU_TD3_ACTOR_LR only with the CPU batch; a batch or lr set by the
+    user or a preset, and FastSAC, keep theirs."""
+    from fast_lora_td3.algos.config import AlgoConfig
+    from fast_lora_td3.config.cpu_defaults import CPU_TD3_ACTOR_LR
+
+    recipe = AlgoConfig().actor_lr
+    assert recipe > CPU_TD3_ACTOR_LR
+    gym = ["env=gymnasium", "env.task=Hopper-v5", "env.num_envs=16"]
+    cfg, note = _sized(gym)
+    assert cfg.algo.actor_lr == CPU_TD3_ACTOR_LR and f"algo.actor_lr={CPU_TD3_ACTOR_LR}" in note
+    assert _sized(["critic=simbav2_lora"])[0].algo.actor_lr == CPU_TD3_ACTOR_LR  # mjlab too
+    for overrides, lr in (
+        ([*gym, "algo.actor_lr=3e-4"], 3e-4),
+        ([*gym, "algo.batch_size=512"], recipe),
+        (["experiment=hopper_cpu"], recipe),
+        (["experiment=cartpole_cpu"], 1e-3),
+        (["experiment=g1_flat_fasttd3_lora", "device=cpu"], recipe),
+        ([*gym, "algo=fastsac"], recipe),
+        ([*gym, "cpu_defaults=false"], recipe),
+    ):
+        cfg, note = _sized(overrides)
+        assert cfg.algo.actor_lr == lr, overrides
+        assert "algo.actor_lr" not in (note or ""), overrides
+
+
 def test_first_training_episode_is_logged_as_soon_as_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

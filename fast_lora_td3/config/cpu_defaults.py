@@ -1,4 +1,5 @@
-"""CPU-sized defaults: batch, network widths, updates per step (and mjlab env count) on a CPU.
+"""CPU-sized defaults: batch, network widths, updates per step, FastTD3's actor learning rate (and
+mjlab's env count) on a CPU.
 
 The built-in defaults are FastTD3's GPU recipe (batch 32768, critic 1024-512-256, 4 updates per
 step, 4096 mjlab envs). On a CPU one such update costs seconds, so a run that sets only the task
@@ -52,7 +53,9 @@ fit in the time of one vector env step (`UPDATE_TIME_RATIO`), at least 1 and at 
 value, using the tabled costs: 8 gymnasium envs step in ~1 ms, so they get 1 update per iteration
 (an update then costs ~15 env steps, the cheapest that learns); 16 mjlab G1 envs step in ~100 ms, so
 they keep the recipe's 4. mjlab's 4096 envs step in ~14 s on a CPU; `env.num_envs` becomes
-`CPU_MJLAB_NUM_ENVS` so that an episode ends (and is logged) within seconds.
+`CPU_MJLAB_NUM_ENVS` so that an episode ends (and is logged) within seconds. FastTD3's actor learning
+rate goes with the CPU batch: `CPU_TD3_ACTOR_LR` where the batch is sized too (chosen on the untuned
+suite); a batch set by the user or the preset keeps the recipe's rate.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ CPU_ACTOR_HIDDEN = [256, 256]
 """`mlp` actor widths on CPU."""
 CPU_SIMBA_WIDTH, CPU_SIMBA_BLOCKS = 128, 1
 """`simbav2` / `simbav2_lora` critic (and simbav2 actor) size on CPU."""
+CPU_TD3_ACTOR_LR = 1e-4
+"""FastTD3's actor learning rate at the CPU batch. The recipe's 3e-4 goes with batch 32768; at 256 the
+actor's steps are noisier, and on the untuned suite 1e-4 kept Hopper hopping where 3e-4 broke down
+(docs/RESULTS.md, untuned). FastSAC keeps its recipe's rate."""
 CPU_MJLAB_NUM_ENVS = 16
 """mjlab envs on CPU: ~0.1 s per vector step for the G1, so a fallen robot's episode ends in seconds."""
 UPDATE_MS = {"mlp": 14.0, "mlp_lora": 16.0, "simbav2": 22.0, "simbav2_lora": 25.0}
@@ -85,6 +92,7 @@ SIZED_KEYS = (
     "env.num_envs",
     "algo.batch_size",
     "algo.num_updates",
+    "algo.actor_lr",
     "critic.hidden_dims",
     "critic.width",
     "critic.num_blocks",
@@ -132,9 +140,13 @@ def explicit_keys(overrides: Sequence[str]) -> set[str]:
     return keys
 
 
-def _family_keys(cfg: TrainConfig) -> list[str]:
+def _family_keys(cfg: TrainConfig, explicit: set[str]) -> list[str]:
     """The sized keys the chosen families actually use."""
     keys = ["algo.batch_size", "algo.num_updates"]
+    if (
+        cfg.algo.name == "fasttd3" and "algo.batch_size" not in explicit
+    ):  # it goes with the CPU batch
+        keys.append("algo.actor_lr")
     if cfg.env.backend == "mjlab":
         keys.insert(0, "env.num_envs")
     if cfg.critic.family in ("mlp", "mlp_lora"):
@@ -165,7 +177,7 @@ def apply_cpu_defaults(cfg: TrainConfig, explicit: set[str]) -> str | None:
     if not cfg.cpu_defaults or cfg.algo.name == "ppo":
         return None
     chosen: dict[str, Any] = {}
-    for key in _family_keys(cfg):
+    for key in _family_keys(cfg, explicit):
         if key in explicit:
             continue
         if key == "env.num_envs":
@@ -176,6 +188,8 @@ def apply_cpu_defaults(cfg: TrainConfig, explicit: set[str]) -> str | None:
             value = cfg.algo.batch_size = max(1, math.ceil(CPU_BATCH_SIZE / n)) * n
         elif key == "algo.num_updates":
             continue  # after the sizes and env count are known (below)
+        elif key == "algo.actor_lr":
+            value = cfg.algo.actor_lr = CPU_TD3_ACTOR_LR
         elif key == "critic.hidden_dims":
             value = cfg.critic.hidden_dims = list(CPU_CRITIC_HIDDEN)
         elif key == "critic.width":
@@ -198,6 +212,6 @@ def apply_cpu_defaults(cfg: TrainConfig, explicit: set[str]) -> str | None:
         for k, v in chosen.items()
     )
     return (
-        f"cpu defaults: {text} (GPU-recipe sizes are too slow on a CPU; set any of these keys "
-        "to override, or cpu_defaults=false to keep the recipe)"
+        f"cpu defaults: {text} (the GPU recipe's sizes are too slow on a CPU; set any of these "
+        "keys to override, or cpu_defaults=false to keep the recipe)"
     )
