@@ -69,7 +69,8 @@ class AlgoConfig:
     critic_lr: float = setting(3e-4, gt=0)
     """Critic learning rate."""
     actor_lr: float = setting(3e-4, gt=0)
-    """Actor learning rate."""
+    """Actor learning rate (the GPU recipe's). On a CPU, FastTD3 with the CPU-sized batch gets
+    `cpu_defaults.CPU_TD3_ACTOR_LR` unless this is set."""
     lr_min: float | None = setting(None, ge=0)
     """If set, cosine-anneal both learning rates to this value over the run (stepped per env step)."""
     weight_decay: float = setting(0.1, ge=0)
