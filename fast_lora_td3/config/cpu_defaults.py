@@ -143,9 +143,8 @@ def explicit_keys(overrides: Sequence[str]) -> set[str]:
 def _family_keys(cfg: TrainConfig, explicit: set[str]) -> list[str]:
     """The sized keys the chosen families actually use."""
     keys = ["algo.batch_size", "algo.num_updates"]
-    if (
-        cfg.algo.name == "fasttd3" and "algo.batch_size" not in explicit
-    ):  # it goes with the CPU batch
+    # FastTD3's CPU actor lr goes with the CPU batch: a batch set by hand keeps the recipe's lr.
+    if cfg.algo.name == "fasttd3" and "algo.batch_size" not in explicit:
         keys.append("algo.actor_lr")
     if cfg.env.backend == "mjlab":
         keys.insert(0, "env.num_envs")
