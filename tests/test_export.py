@@ -48,9 +48,9 @@ class FakeEnv:
         }
 
 
-def trained_like_learner(algo: str, actor: str):
+def trained_like_learner(algo: str, actor: str, *extra: str):
     """A learner whose normaliser holds non-trivial statistics and whose actor moved off its init."""
-    overrides = [*SMALL, f"algo={algo}", f"actor={actor}"]
+    overrides = [*SMALL, f"algo={algo}", f"actor={actor}", *extra]
     if actor == "simbav2":
         overrides += ["actor.width=32"]
     cfg = compose_config(overrides)
@@ -91,6 +91,21 @@ def test_onnx_and_torchscript_equal_torch_policy(tmp_path: Path, algo: str, acto
     stale = deployed_policy(learner)
     stale.normalizer.mean.zero_()
     assert not torch.allclose(stale(walk), learner.act(walk), atol=1e-3)
+
+
+def test_normaliser_eps_setting_reaches_both_normalisers_and_the_export(tmp_path: Path) -> None:
+    cfg, learner = trained_like_learner("fasttd3", "mlp", "algo.obs_norm_eps=1.0")
+    for norm in (learner.obs_normalizer, learner.critic_obs_normalizer):
+        assert norm.eps == 1.0
+    norm = learner.obs_normalizer
+    obs = torch.randn(8, OBS_DIM) * 4 + 2
+    assert torch.allclose(norm(obs), (obs - norm.mean) / (norm.var.sqrt() + 1.0))
+    paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=1)
+    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
+    ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+    assert torch.allclose(ox, learner.act(obs), atol=1e-5, rtol=0)
+    norm.eps = 1e-2  # the same statistics under the recipe's eps give another policy
+    assert not torch.allclose(ox, learner.act(obs), atol=1e-3)
 
 
 def test_onnx_graph_interface_and_no_critic(tmp_path: Path) -> None:

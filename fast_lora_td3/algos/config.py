@@ -116,6 +116,10 @@ class AlgoConfig:
     """Normalise observations with running statistics of rollout observations."""
     normalizer_until: int | None = setting(None, ge=1)
     """Freeze the normalisers after this many observed samples (None: never)."""
+    obs_norm_eps: float = setting(1e-2, gt=0)
+    """The normalisers' σ floor: features become (x − μ)/(σ + eps). FastTD3's 0.01 scales a feature
+    with σ ≈ 0.001 up ~100×. A larger eps keeps small-σ features small: 1.0 lifted Ant-v5's first
+    minute on a CPU but cost Hopper, HalfCheetah and Humanoid later (docs/RESULTS.md, untuned)."""
 
     def __post_init__(self) -> None:
         self.check()
