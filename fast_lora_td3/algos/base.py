@@ -11,6 +11,7 @@ import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import torch
@@ -68,12 +69,11 @@ class OffPolicyLearner(ABC):
         project_weights_(self.critic)  # HyperDense / LoRA-WN rows start on the unit sphere
         self.critic_target = make_target(self.critic)
         self.critic_polyak = PolyakUpdater(self.critic, self.critic_target)
-        self.obs_normalizer = EmpiricalNormalizer(
-            obs_dim, eps=algo.obs_norm_eps, until=algo.normalizer_until
+        normalizer = partial(
+            EmpiricalNormalizer, eps=algo.obs_norm_eps, until=algo.normalizer_until
         )
-        self.critic_obs_normalizer = EmpiricalNormalizer(
-            critic_obs_dim, eps=algo.obs_norm_eps, until=algo.normalizer_until
-        )
+        self.obs_normalizer = normalizer(obs_dim)
+        self.critic_obs_normalizer = normalizer(critic_obs_dim)
         self.obs_normalizer.to(self.device)
         self.critic_obs_normalizer.to(self.device)
 
