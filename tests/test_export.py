@@ -108,6 +108,23 @@ def test_normaliser_eps_setting_reaches_both_normalisers_and_the_export(tmp_path
     assert not torch.allclose(ox, learner.act(obs), atol=1e-3)
 
 
+def test_critic_obs_norm_eps_reaches_only_the_critic_normaliser(tmp_path: Path) -> None:
+    """The critic's σ floor leaves the actor's normaliser, and so the exported policy, unchanged."""
+    cfg, learner = trained_like_learner("fasttd3", "mlp", "algo.critic_obs_norm_eps=1.0")
+    _, recipe = trained_like_learner("fasttd3", "mlp")
+    assert learner.critic_obs_normalizer.eps == 1.0
+    assert learner.obs_normalizer.eps == recipe.obs_normalizer.eps == cfg.algo.obs_norm_eps
+    assert recipe.critic_obs_normalizer.eps == cfg.algo.obs_norm_eps  # None follows obs_norm_eps
+    obs = torch.randn(8, OBS_DIM) * 4 + 2
+    norm = learner.critic_obs_normalizer
+    assert torch.allclose(norm(obs), (obs - norm.mean) / (norm.var.sqrt() + 1.0))
+    assert not torch.allclose(norm(obs), recipe.critic_obs_normalizer(obs), atol=1e-3)
+    paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=1)
+    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
+    ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+    assert torch.allclose(ox, recipe.act(obs), atol=1e-5, rtol=0)
+
+
 def test_onnx_graph_interface_and_no_critic(tmp_path: Path) -> None:
     cfg, learner = trained_like_learner("fasttd3", "mlp")
     paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=7)

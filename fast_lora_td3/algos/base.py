@@ -73,7 +73,10 @@ class OffPolicyLearner(ABC):
             EmpiricalNormalizer, eps=algo.obs_norm_eps, until=algo.normalizer_until
         )
         self.obs_normalizer = normalizer(obs_dim)
-        self.critic_obs_normalizer = normalizer(critic_obs_dim)
+        critic_eps = algo.critic_obs_norm_eps
+        self.critic_obs_normalizer = normalizer(
+            critic_obs_dim, eps=algo.obs_norm_eps if critic_eps is None else critic_eps
+        )
         self.obs_normalizer.to(self.device)
         self.critic_obs_normalizer.to(self.device)
 

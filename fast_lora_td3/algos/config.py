@@ -120,6 +120,11 @@ class AlgoConfig:
     """The normalisers' σ floor: features become (x − μ)/(σ + eps). FastTD3's 0.01 scales a feature
     with σ ≈ 0.001 up ~100×. A larger eps keeps small-σ features small: 1.0 lifted Ant-v5's first
     minute on a CPU but cost Hopper, HalfCheetah and Humanoid later (docs/RESULTS.md, untuned)."""
+    critic_obs_norm_eps: float | None = setting(None, gt=0)
+    """The critic normaliser's σ floor (None: `obs_norm_eps`; the actor's floor, and so the exported
+    policy, stay `obs_norm_eps`). On a CPU, 1.0 lifted Ant-v5's first minute (329 against 205 at
+    60 s) with other tasks level or lower by the mean, so it is not a default (docs/RESULTS.md,
+    untuned)."""
 
     def __post_init__(self) -> None:
         self.check()
