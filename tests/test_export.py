@@ -22,6 +22,7 @@ from fast_lora_td3.deploy.export import (
     export_policy,
     read_onnx_metadata,
 )
+from fast_lora_td3.deploy.play import onnx_policy
 from fast_lora_td3.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit:FutureWarning")
@@ -101,8 +102,7 @@ def test_normaliser_eps_setting_reaches_both_normalisers_and_the_export(tmp_path
     obs = torch.randn(8, OBS_DIM) * 4 + 2
     assert torch.allclose(norm(obs), (obs - norm.mean) / (norm.var.sqrt() + 1.0))
     paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=1)
-    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
-    ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+    ox = onnx_policy(paths["onnx"], torch.device("cpu"))(obs)
     assert torch.allclose(ox, learner.act(obs), atol=1e-5, rtol=0)
     norm.eps = 1e-2  # the same statistics under the recipe's eps give another policy
     assert not torch.allclose(ox, learner.act(obs), atol=1e-3)
@@ -120,8 +120,7 @@ def test_critic_obs_norm_eps_reaches_only_the_critic_normaliser(tmp_path: Path) 
     assert torch.allclose(norm(obs), (obs - norm.mean) / (norm.var.sqrt() + 1.0))
     assert not torch.allclose(norm(obs), recipe.critic_obs_normalizer(obs), atol=1e-3)
     paths = export_policy(learner, FakeEnv(), tmp_path, cfg, step=1)
-    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
-    ox = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+    ox = onnx_policy(paths["onnx"], torch.device("cpu"))(obs)
     assert torch.allclose(ox, recipe.act(obs), atol=1e-5, rtol=0)
 
 
@@ -220,7 +219,7 @@ def test_train_exports_and_cli_export_and_play_agree(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.mjlab
 def test_onnx_policy_drives_mjlab_cartpole_like_torch(tmp_path: Path) -> None:
-    from fast_lora_td3.deploy.play import onnx_policy, seeded_episode
+    from fast_lora_td3.deploy.play import seeded_episode
     from fast_lora_td3.envs import make_env
 
     cfg = compose_config(

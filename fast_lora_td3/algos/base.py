@@ -74,9 +74,9 @@ class OffPolicyLearner(ABC):
         )
         self.obs_normalizer = normalizer(obs_dim)
         critic_eps = algo.critic_obs_norm_eps
-        self.critic_obs_normalizer = normalizer(
-            critic_obs_dim, eps=algo.obs_norm_eps if critic_eps is None else critic_eps
-        )
+        if critic_eps is None:  # the critic follows the actor's floor
+            critic_eps = algo.obs_norm_eps
+        self.critic_obs_normalizer = normalizer(critic_obs_dim, eps=critic_eps)
         self.obs_normalizer.to(self.device)
         self.critic_obs_normalizer.to(self.device)
 
