@@ -73,6 +73,19 @@ def test_checks_run_on_the_final_values_after_construction() -> None:
         validate(cfg)
 
 
+def test_configs_missing_from_the_package_say_how_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkout run without `pip install -e .` has no fast_lora_td3.configs: one line says so."""
+    import fast_lora_td3.config.compose as compose
+
+    monkeypatch.setattr(compose, "CONFIG_MODULE", "fast_lora_td3.not_installed_configs")
+    with pytest.raises(
+        ConfigError, match=r"not importable: install the package, `pip install -e \.`"
+    ):
+        compose_config([])
+
+
 def test_ppo_skips_the_off_policy_checks() -> None:
     cfg = compose_config(["algo=ppo", "algo.batch_size=7"])
     validate(cfg)  # PPO reads no replay / batch settings

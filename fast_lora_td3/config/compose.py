@@ -8,6 +8,7 @@ composition, so the override grammar, the type checks and the one-line errors ar
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +35,11 @@ def _compose(config_name: str, overrides: Sequence[str], saved: Mapping[str, Any
 
     register_configs()
     GlobalHydra.instance().clear()
+    if importlib.util.find_spec(CONFIG_MODULE) is None:  # configs/ maps into the package on install
+        raise ConfigError(
+            f"the shipped configs ({CONFIG_MODULE}) are not importable: install the package, "
+            "`pip install -e .` from the repository root"
+        )
     try:
         if saved is not None:  # typed: a key or value the schema rejects is an error here
             node = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
