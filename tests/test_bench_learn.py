@@ -227,3 +227,29 @@ def test_a_run_records_the_commit_it_started_from(
     assert head.read_text() == "ended-at"
     assert record["rc"] == 0 and record["commit"] == "started-at"
     assert json.loads((tmp_path / "run" / learn.DONE_FILE).read_text())["commit"] == "started-at"
+
+
+def test_timed_mjlab_tasks_warm_the_simulator_once_before_their_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warp compiles its kernels on a machine's first mjlab run (~40 s on a CPU): a short untimed
+    run per mjlab task takes that cost before any timed run; gymnasium tasks and peers need none."""
+    from fast_lora_td3.bench import learn
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(learn.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    suite = SUITES["untuned"]
+    runs = plan_runs(suite, tmp_path)
+    learn.warm_simulators(suite, runs, tmp_path)
+    assert len(calls) == 1  # the cartpole, once for all its methods and seeds
+    (cmd,) = calls
+    train = next(r for r in runs if r.task == "Mjlab-Cartpole-Swingup")
+    assert cmd[: cmd.index("train") + 1] == train.command[: train.command.index("train") + 1]
+    assert "env.task=Mjlab-Cartpole-Swingup" in cmd and "max_wall_s=600" not in cmd
+    assert {*learn.WARMUP_OVERRIDES, f"run_dir={tmp_path / 'warmup' / train.task}"} <= set(cmd)
+    assert (tmp_path / "warmup" / f"{train.task}.log").exists()
+    calls.clear()  # tasks whose runs are all done (or gymnasium only) warm nothing
+    learn.warm_simulators(suite, [r for r in runs if r.task == "Hopper-v5"], tmp_path)
+    assert calls == []
+    learn.warm_simulators(SUITES["cpu"], plan_runs(SUITES["cpu"], tmp_path), tmp_path)
+    assert calls == []  # env-step budgets (no wall clock) are not timed

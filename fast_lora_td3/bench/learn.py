@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import time
@@ -150,6 +151,37 @@ def execute(run: RunSpec, core: int | None = None) -> dict[str, Any]:
     return record
 
 
+WARMUP_OVERRIDES = ("total_steps=2000", "max_wall_s=20")
+"""A warm-up run's budget: long enough to launch every simulator kernel once."""
+
+
+def warm_simulators(suite: Suite, runs: list[RunSpec], out: Path) -> None:
+    """Before the timed runs, run each pending mjlab task of ours once, briefly and untimed, so that
+    MuJoCo Warp compiles its kernels into ~/.cache/warp outside every timed run (~40 s on a CPU
+    the first time on a machine; seconds once cached)."""
+    from fast_lora_td3.config.compose import compose_config
+
+    specs = {t.key: t for t in suite.tasks}
+    for task in dict.fromkeys(r.task for r in runs if not r.method.startswith("sb3_")):
+        spec = specs[task]
+        overrides = [*([f"experiment={spec.preset}"] if spec.preset else []), *spec.overrides]
+        if not spec.wall_s or compose_config(overrides).env.backend != "mjlab":
+            continue
+        run = next(r for r in runs if r.task == task and not r.method.startswith("sb3_"))
+        keep = ("run_dir=", "total_steps=", "max_wall_s=")
+        cmd = [a for a in run.command if not a.startswith(keep)]
+        cmd += [f"run_dir={out / 'warmup' / task}", *WARMUP_OVERRIDES]
+        shutil.rmtree(out / "warmup" / task, ignore_errors=True)  # a fresh run, not a resume
+        (out / "warmup").mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with (out / "warmup" / f"{task}.log").open("w") as log:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        status = "ok" if rc == 0 else f"FAILED rc={rc} (see warmup/{task}.log)"
+        print(
+            f"  {task} simulator warm-up ({time.perf_counter() - t0:.0f} s): {status}", flush=True
+        )
+
+
 RunKey = tuple[str, str, int]
 """(task, method, seed): a run's identity across results files."""
 
@@ -167,6 +199,7 @@ def run_suite(
         flush=True,
     )
 
+    warm_simulators(suite, [r for r in runs if not (r.run_dir / DONE_FILE).exists()], out)
     # Each worker owns one core, so runs never share one (wall-clock budgets stay comparable).
     cores: queue.SimpleQueue[int | None] = queue.SimpleQueue()
     available = sorted(os.sched_getaffinity(0))
