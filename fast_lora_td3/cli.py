@@ -112,11 +112,18 @@ def _print_error(exc: BaseException) -> None:
 
 
 def _cmd_train(overrides: list[str]) -> int:
+    from fast_lora_td3.algos.config import check_typed_algo_keys
     from fast_lora_td3.config.compose import compose_config
     from fast_lora_td3.config.cpu_defaults import explicit_keys
-    from fast_lora_td3.train import run_training
+    from fast_lora_td3.train import resumes, run_training
 
-    return run_training(compose_config(overrides), explicit_keys=explicit_keys(overrides))
+    cfg = compose_config(overrides)
+    if not resumes(
+        cfg
+    ):  # a resume takes its algorithm from the saved run (train.reuse_saved_config)
+        typed = [o for o in overrides if not o.lstrip("+").startswith("experiment=")]
+        check_typed_algo_keys(cfg.algo.name, explicit_keys(typed))
+    return run_training(cfg, explicit_keys=explicit_keys(overrides))
 
 
 def _cmd_play(overrides: list[str]) -> int:

@@ -104,6 +104,34 @@ def test_bad_override_through_the_cli_is_one_line_without_traceback(tmp_path: Pa
     assert "algo.gamma" in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["algo=fastsac", "algo.std_max=0.2"], "algo.std_max is a FastTD3 setting: algo=fastsac"),
+        (["algo=fastsac", "++algo.policy_noise=0.2"], "algo.policy_noise is a FastTD3 setting"),
+        (["algo.target_entropy=-3"], "algo.target_entropy is a FastSAC setting: algo=fasttd3"),
+    ],
+)
+def test_a_typed_key_the_algorithm_does_not_read_is_an_error(
+    overrides: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fast_lora_td3.cli import main
+
+    assert main(["train", *overrides, "dry_run=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err and "or drop it" in err, err
+
+
+def test_a_presets_fasttd3_keys_are_its_recipe_under_fastsac(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """halfcheetah_cpu sets FastTD3's noise; `algo=fastsac` on top of it is a valid command."""
+    from fast_lora_td3.cli import main
+
+    assert main(["train", "experiment=halfcheetah_cpu", "algo=fastsac", "dry_run=true"]) == 0
+    assert "algo=fastsac" in capsys.readouterr().out
+
+
 def test_resume_mutable_keys_name_real_config_fields() -> None:
     keys = flatten_config(dataclasses.asdict(TrainConfig()))
     for pattern in sorted(RESUME_MUTABLE_KEYS):
