@@ -112,9 +112,9 @@ def _print_error(exc: BaseException) -> None:
 
 
 def _cmd_train(overrides: list[str]) -> int:
-    from fast_lora_td3.algos.config import check_typed_algo_keys
     from fast_lora_td3.config.compose import compose_config
     from fast_lora_td3.config.cpu_defaults import explicit_keys
+    from fast_lora_td3.config.validate import check_typed_algo_keys
     from fast_lora_td3.train import resumes, run_training
 
     cfg = compose_config(overrides)

@@ -30,23 +30,6 @@ ALGO_ONLY_KEYS: dict[str, tuple[str, ...]] = {
     "fastsac": ("alpha_init", "alpha_lr", "alpha_weight_decay", "autotune_alpha", "target_entropy"),
 }
 """`algo.` keys that only one off-policy algorithm reads (the other would ignore them silently)."""
-ALGO_LABELS = {"fasttd3": "FastTD3", "fastsac": "FastSAC"}
-
-
-def check_typed_algo_keys(name: str, typed: set[str]) -> None:
-    """Refuse an `algo.` key typed on the command line that algorithm `name` does not read.
-
-    Only typed keys count: a preset's FastTD3 keys under `algo=fastsac` are the preset's recipe,
-    not the user's choice. PPO keeps its own rules (it ignores the off-policy keys)."""
-    if name not in ALGO_ONLY_KEYS:
-        return
-    for owner, fields in ALGO_ONLY_KEYS.items():
-        for key in (f"algo.{f}" for f in fields if owner != name):
-            if key in typed:
-                raise ConfigError(
-                    f"{key} is a {ALGO_LABELS[owner]} setting: algo={name} does not read it; "
-                    f"use algo={owner}, or drop it"
-                )
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from fast_lora_td3.algos.config import ALGO_ONLY_KEYS
 from fast_lora_td3.config.schema import TrainConfig
 from fast_lora_td3.envs.factory import check_device
 from fast_lora_td3.errors import ConfigError
@@ -82,3 +83,22 @@ def validate(cfg: TrainConfig) -> None:
             f"critic.rank={critic.rank} is out of range: use 0 < rank < {min(widths)} "
             "(the smallest adapted layer width)"
         )
+
+
+ALGO_LABELS = {"fasttd3": "FastTD3", "fastsac": "FastSAC"}
+
+
+def check_typed_algo_keys(name: str, typed: set[str]) -> None:
+    """Refuse an `algo.` key typed on the command line that algorithm `name` does not read.
+
+    Only typed keys count: a preset's FastTD3 keys under `algo=fastsac` are the preset's recipe,
+    not the user's choice. PPO keeps its own rules (it ignores the off-policy keys)."""
+    if name not in ALGO_ONLY_KEYS:
+        return
+    for owner, fields in ALGO_ONLY_KEYS.items():
+        for key in (f"algo.{f}" for f in fields if owner != name):
+            if key in typed:
+                raise ConfigError(
+                    f"{key} is a {ALGO_LABELS[owner]} setting: algo={name} does not read it; "
+                    f"use algo={owner}, or drop it"
+                )
