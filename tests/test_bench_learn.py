@@ -97,6 +97,14 @@ def _merge_carries_earlier_runs_instead_of_rerunning(out: Path, tmp_path: Path) 
         "mlp_lora": [(1, True)],
         "sb3_td3": [(1, True)],
     }
+    # methods=mlp seeds=2: only mlp's seed 2 is this invocation's; its seed 1 stays the file's
+    # (so does every task that only= leaves out).
+    assert run_bench_learn(["smoke", f"out={out}", merge, "methods=mlp", "seeds=2"]) == 0
+    methods = json.loads((out / "results.json").read_text())["tasks"]["pendulum_cpu"]["methods"]
+    assert [(r["seed"], r["run_dir"] == "elsewhere") for r in methods["mlp"]["runs"]] == [
+        (1, True),
+        (2, False),
+    ]
     wrong = dict(earlier, suite="cpu")
     (tmp_path / "wrong.json").write_text(json.dumps(wrong))
     assert main(["bench", "learn", "smoke", f"out={out}", f"merge={tmp_path / 'wrong.json'}"]) == 2

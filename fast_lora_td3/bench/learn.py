@@ -25,8 +25,9 @@ checkpoints). Runs are single-threaded (OMP_NUM_THREADS=1); `workers` runs that 
 `merge=RESULTS_JSON` carries the finished runs of an earlier results.json of the same suite (a
 committed docs/results/SUITE/results.json) into this one and does not rerun them, so a suite longer
 than one machine's session grows over sessions. Each run records the commit that executed it.
-`methods=METHOD,…` runs only those methods; with `merge=` their runs in the earlier file are
-replaced by this suite's (a method whose default changed is rerun, the other methods are carried).
+`methods=METHOD,…` runs only those methods; with `merge=` their runs in the earlier file of the
+tasks and seeds this invocation runs (`only=`, `seeds=`) are replaced by this suite's (a method
+whose default changed is rerun, the other methods, tasks and seeds are carried).
 """
 
 from __future__ import annotations
@@ -359,8 +360,10 @@ def run_bench_learn(args: list[str]) -> int:
     suite = only_methods(suite, methods) if methods else suite
     out = Path(opts["out"])
     carried = carried_runs(Path(opts["merge"]), full) if opts["merge"] else {}
-    # methods=: this suite's runs of those methods replace the earlier file's.
-    carried = {key: run for key, run in carried.items() if key[1] not in methods}
+    # methods=: this invocation's runs of those methods (its tasks and seeds) replace the earlier
+    # file's; the file's other tasks and seeds of those methods are carried.
+    planned = {(r.task, r.method, r.seed) for r in plan_runs(suite, out)}
+    carried = {k: run for k, run in carried.items() if k[1] not in methods or k not in planned}
     records = run_suite(suite, out, workers, skip=frozenset(carried))
     if carried:  # the merged file keeps every task and seed it had (the specs are the suite's)
         suite = replace(full, tasks=tuple(replace(t, seeds=None) for t in full.tasks))
