@@ -118,9 +118,8 @@ def _cmd_train(overrides: list[str]) -> int:
     from fast_lora_td3.train import resumes, run_training
 
     cfg = compose_config(overrides)
-    if not resumes(
-        cfg
-    ):  # a resume takes its algorithm from the saved run (train.reuse_saved_config)
+    # A resume takes its algorithm from the saved run (train.reuse_saved_config): not checked.
+    if not resumes(cfg):
         typed = [o for o in overrides if not o.lstrip("+").startswith("experiment=")]
         check_typed_algo_keys(cfg.algo.name, explicit_keys(typed))
     return run_training(cfg, explicit_keys=explicit_keys(overrides))

@@ -86,6 +86,7 @@ def validate(cfg: TrainConfig) -> None:
 
 
 ALGO_LABELS = {"fasttd3": "FastTD3", "fastsac": "FastSAC"}
+"""How the errors name each algorithm."""
 
 
 def check_typed_algo_keys(name: str, typed: set[str]) -> None:
