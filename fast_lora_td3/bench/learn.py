@@ -162,15 +162,16 @@ def warm_simulators(suite: Suite, runs: list[RunSpec], out: Path) -> None:
     the first time on a machine; seconds once cached)."""
     from fast_lora_td3.config.compose import compose_config
 
-    specs = {t.key: t for t in suite.tasks}
-    for task in dict.fromkeys(r.task for r in runs if not r.method.startswith("sb3_")):
-        spec = specs[task]
-        overrides = [*([f"experiment={spec.preset}"] if spec.preset else []), *spec.overrides]
-        if not spec.wall_s or compose_config(overrides).env.backend != "mjlab":
+    timed = {t.key for t in suite.tasks if t.wall_s}
+    first: dict[str, RunSpec] = {}  # each task's first run of ours: its command is the warm-up's
+    for run in runs:
+        if run.task in timed and not run.method.startswith("sb3_"):
+            first.setdefault(run.task, run)
+    for task, run in first.items():
+        if compose_config(run.command[run.command.index("train") + 1 :]).env.backend != "mjlab":
             continue
-        run = next(r for r in runs if r.task == task and not r.method.startswith("sb3_"))
-        keep = ("run_dir=", "total_steps=", "max_wall_s=")
-        cmd = [a for a in run.command if not a.startswith(keep)]
+        drop = ("run_dir=", "total_steps=", "max_wall_s=")  # the warm-up sets its own
+        cmd = [a for a in run.command if not a.startswith(drop)]
         cmd += [f"run_dir={out / 'warmup' / task}", *WARMUP_OVERRIDES]
         shutil.rmtree(out / "warmup" / task, ignore_errors=True)  # a fresh run, not a resume
         (out / "warmup").mkdir(parents=True, exist_ok=True)
